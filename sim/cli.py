@@ -1,0 +1,133 @@
+"""Command line: ``sim run``, ``sim breakeven``, ``sim fit-loading``, ``sim schema``. Thin: parse, call, print."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import click
+
+from .errors import ScenarioError, SimulationError
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"sim: error: {message}", err=True)
+    sys.exit(code)
+
+
+def user_errors(fn):
+    """Bad input -> one line on stderr and exit 2; an impossible simulation -> exit 1. Never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ScenarioError as exc:
+            _fail(str(exc), 2)
+        except SimulationError as exc:
+            _fail(str(exc), 1)
+
+    return wrapper
+
+
+def common_options(fn):
+    fn = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+                      help="Change a scenario value by dotted key path (repeatable).")(fn)
+    fn = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout, nothing else.")(fn)
+    fn = click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+                      help="Write summary.json and tidy CSV tables into this folder.")(fn)
+    fn = click.option("--seed", type=int, default=None, help="Random seed (default: the scenario's).")(fn)
+    return fn
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """sim: load and serve LLMs on imperfect hardware, simulated."""
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@common_options
+@user_errors
+def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, overrides: tuple[str, ...]) -> None:
+    """Simulate SCENARIO: each machine's load of the model, then every job's dispatch and run."""
+    from .output import dumps, write_outputs
+    from .report import run_text
+    from .runner import run as run_scenario
+    from .runner import summary, tables
+    from .scenario import load_scenario
+
+    scn, _ = load_scenario(scenario, overrides)
+    seed = scn.seed if seed is None else seed
+    res = run_scenario(scn, seed)
+    summ = summary(res, scenario)
+    if out_dir:
+        write_outputs(out_dir, summ, tables(res))
+    if as_json:
+        click.echo(dumps(summ), nl=False)
+    else:
+        click.echo(run_text(res), nl=False)
+        if out_dir:
+            click.echo(f"wrote {out_dir}/summary.json and tables")
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--model", required=True, help="Model key.")
+@click.option("--a", "machine_a", required=True, help="First machine.")
+@click.option("--b", "machine_b", required=True, help="Second machine.")
+@common_options
+@user_errors
+def breakeven(scenario: str, model: str, machine_a: str, machine_b: str, seed: int | None, out_dir: str | None,
+              as_json: bool, overrides: tuple[str, ...]) -> None:
+    """Token count where MACHINE_A and MACHINE_B break even for MODEL, by bisection over simulated jobs."""
+    from .breakeven import breakeven as find
+    from .output import dumps, write_outputs
+    from .report import breakeven_text
+    from .scenario import load_scenario
+
+    scn, _ = load_scenario(scenario, overrides)
+    seed = scn.seed if seed is None else seed
+    result = find(scn, model, machine_a, machine_b, seed)
+    if out_dir:
+        write_outputs(out_dir, result, {})
+    click.echo(dumps(result) if as_json else breakeven_text(result), nl=False)
+
+
+@main.command()
+def schema() -> None:
+    """Print the JSON Schema of scenario files (for editor validation and completion)."""
+    from .scenario import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+@main.command("fit-loading")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--table", "tables", multiple=True, required=True, type=click.Path(dir_okay=False),
+              help="Measured CSV with machine, cold_gbps, hot_gbps, link_gbps, file_gb columns (repeatable).")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="Write the calibration YAML here (the scenario's calibrations: entry).")
+@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
+@user_errors
+def fit_loading(scenario: str, tables: tuple[str, ...], out_file: str | None, as_json: bool) -> None:
+    """Fit disk bandwidths, loader costs and PCIe efficiency of SCENARIO's machines to measured load rates."""
+    from .calibration_file import calibration_yaml
+    from .fit_loading import fit, load_raw_for_fit
+    from .output import atomic_write_text, dumps
+
+    raw = load_raw_for_fit(scenario)
+    result = fit(raw, scenario, list(tables))
+    text = calibration_yaml(result, scenario, list(tables), out_file)
+    if out_file:
+        atomic_write_text(out_file, text)
+    if as_json:
+        click.echo(dumps({"parameters": result.parameters, "standard_errors": result.standard_errors,
+                          "residuals": result.residuals, "dof": result.dof}), nl=False)
+    else:
+        click.echo(text, nl=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The loading pipeline as simpy processes: disk and PCIe links are shared resources, the page cache is shared state.
+
+Processes only schedule; how long each chunk takes in each stage comes from :mod:`sim.loading`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from .hardware import StageCosts
+from .loading import ChunkPlan, link_rates
+from .pagecache import PageCache
+from .units import GB
+
+
+@dataclass
+class Rig:
+    """A machine's shared load resources inside one simulation."""
+
+    env: simpy.Environment
+    costs: StageCosts
+    page_cache: PageCache
+    disk: simpy.Resource
+    links: dict[str, simpy.Resource]
+
+    @classmethod
+    def build(cls, env: simpy.Environment, costs: StageCosts, page_cache: PageCache,
+              link_names: list[str]) -> Rig:
+        return cls(env, costs, page_cache, simpy.Resource(env, 1), {n: simpy.Resource(env, 1) for n in link_names})
+
+
+@dataclass
+class LoadResult:
+    """What one simulated load did. Stage seconds are busy time in that stage (waits for a shared resource excluded)."""
+
+    model: str
+    bytes: float
+    start_s: float = 0.0
+    end_s: float = 0.0
+    disk_s: float = 0.0
+    loader_s: float = 0.0
+    link_s: float = 0.0
+    wait_s: float = 0.0
+    bytes_from_disk: float = 0.0
+    bytes_from_cache: float = 0.0
+    spilled_bytes: float = 0.0
+    chunk_done_s: list[float] = field(default_factory=list)
+
+    @property
+    def wall_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / GB / self.wall_s if self.wall_s > 0 else float("inf")
+
+
+def _disk_step(rig: Rig, plan: ChunkPlan, i: int, res: LoadResult):
+    """Read chunk i through the page cache; a miss queues for the shared disk."""
+    size = float(plan.sizes[i])
+    key = (plan.file, i)
+    if rig.page_cache.contains(key):
+        rig.page_cache.read(key, size)
+        res.bytes_from_cache += size
+        return
+    t = rig.costs.disk_latency_s + size / GB / rig.costs.disk_gbps
+    asked = rig.env.now
+    with rig.disk.request() as req:
+        yield req
+        res.wait_s += rig.env.now - asked
+        yield rig.env.timeout(t)
+    res.disk_s += t
+    rig.page_cache.read(key, size)
+    res.bytes_from_disk += size
+
+
+def _loader_step(rig: Rig, plan: ChunkPlan, i: int, res: LoadResult):
+    t = float(plan.sizes[i]) / GB * rig.costs.loader_s_per_gb + float(plan.tensors[i]) * rig.costs.loader_s_per_tensor
+    res.loader_s += t
+    yield rig.env.timeout(t)
+
+
+def _link_step(rig: Rig, plan: ChunkPlan, rates: np.ndarray, i: int, res: LoadResult):
+    k = int(plan.target[i])
+    if k < 0 or not np.isfinite(rates[i]):
+        return
+    t = float(plan.sizes[i]) / GB / float(rates[i])
+    asked = rig.env.now
+    with rig.links[plan.targets[k].name].request() as req:
+        yield req
+        res.wait_s += rig.env.now - asked
+        yield rig.env.timeout(t)
+    res.link_s += t
+
+
+def load(rig: Rig, plan: ChunkPlan, model: str, composition: str, buffer_chunks: int):
+    """simpy process: load ``plan``; its value is a :class:`LoadResult`."""
+    env = rig.env
+    res = LoadResult(model=model, bytes=plan.total_bytes, start_s=env.now, spilled_bytes=plan.spilled_bytes)
+    rates = link_rates(plan)
+    if composition == "serial":
+        for i in range(plan.n):
+            yield from _disk_step(rig, plan, i, res)
+            yield from _loader_step(rig, plan, i, res)
+            yield from _link_step(rig, plan, rates, i, res)
+            res.chunk_done_s.append(env.now)
+    else:
+        to_loader = simpy.Store(env, capacity=buffer_chunks)
+        to_link = simpy.Store(env, capacity=buffer_chunks)
+
+        def reader():
+            for i in range(plan.n):
+                yield from _disk_step(rig, plan, i, res)
+                yield to_loader.put(i)
+
+        def converter():
+            for _ in range(plan.n):
+                i = yield to_loader.get()
+                yield from _loader_step(rig, plan, i, res)
+                yield to_link.put(i)
+
+        def copier():
+            for _ in range(plan.n):
+                i = yield to_link.get()
+                yield from _link_step(rig, plan, rates, i, res)
+                res.chunk_done_s.append(env.now)
+
+        env.process(reader())
+        env.process(converter())
+        yield env.process(copier())
+    res.end_s = env.now
+    return res

@@ -1,0 +1,74 @@
+"""Writing results: atomic files, JSON that is byte-identical for identical inputs, tidy CSV tables."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def clean(value: Any) -> Any:
+    """JSON-safe copy: non-finite floats become None, tuples become lists, numpy scalars become Python numbers."""
+    if isinstance(value, Mapping):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(clean(obj), indent=2, allow_nan=False) + "\n"
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, flush it to disk, then rename over ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def csv_text(rows: Iterable[Mapping[str, Any]]) -> str:
+    rows = list(rows)
+    buf = io.StringIO()
+    if not rows:
+        return ""
+    fields: list[str] = []
+    for r in rows:
+        fields += [k for k in r if k not in fields]
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if v is None else v) for k, v in clean(r).items()})
+    return buf.getvalue()
+
+
+def write_outputs(out_dir: str, summary: Mapping[str, Any], tables: Mapping[str, list[dict]]) -> list[str]:
+    """Write each table as ``NAME.csv`` and then ``summary.json`` (last, so its presence means the run finished)."""
+    written = []
+    for name, rows in tables.items():
+        path = os.path.join(out_dir, f"{name}.csv")
+        atomic_write_text(path, csv_text(rows))
+        written.append(path)
+    path = os.path.join(out_dir, "summary.json")
+    atomic_write_text(path, dumps(summary))
+    written.append(path)
+    return written

@@ -1,0 +1,116 @@
+"""``sim run`` without the CLI: probes every machine's load, runs the jobs, returns metrics and tables."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .hardware import link_info
+from .labsim import JobRecord, run_jobs
+from .probes import ProbeReport, link_metrics, probe_machine, probe_metrics
+from .scenario import Scenario
+
+
+@dataclass
+class RunResult:
+    scenario: Scenario
+    seed: int
+    probes: list[ProbeReport]
+    jobs: list[JobRecord]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def report_model(scn: Scenario) -> str | None:
+    if scn.report.load_model:
+        return scn.report.load_model
+    if scn.jobs:
+        return next(iter(scn.jobs.values())).model
+    return next(iter(scn.models), None)
+
+
+def run(scn: Scenario, seed: int) -> RunResult:
+    rng = np.random.default_rng(seed)
+    model = report_model(scn)
+    probes = [probe_machine(scn, name, model) for name in scn.machines] if model else []
+    jobs = run_jobs(scn, rng)
+    res = RunResult(scn, seed, probes, jobs)
+    res.metrics = flat_metrics(res)
+    return res
+
+
+def flat_metrics(res: RunResult) -> dict[str, float]:
+    m: dict[str, float] = {}
+    for p in res.probes:
+        m.update(probe_metrics(p))
+    for name in res.scenario.machines:
+        m.update(link_metrics(res.scenario, name))
+    done = [j for j in res.jobs if not math.isnan(j.completed_s)]
+    m["jobs.count"] = len(res.jobs)
+    m["jobs.placed"] = len(done)
+    m["jobs.ties"] = sum(j.decision.tie for j in res.jobs)
+    if done:
+        m["jobs.makespan_s"] = max(j.completed_s for j in done)
+        m["jobs.mean_abs_prediction_error_s"] = float(np.mean([abs(j.completed_s - j.predicted_completion_s)
+                                                               for j in done]))
+    for j in res.jobs:
+        p = f"job.{j.id}."
+        for e in j.estimates:
+            if e.eligible:
+                m[f"{p}estimate_s.{e.machine}"] = e.total_s
+        m[p + "tie"] = float(j.decision.tie)
+        if j.machine is not None:
+            m.update({p + "predicted_s": j.predicted_completion_s, p + "completed_s": j.completed_s,
+                      p + "wait_s": j.wait_s, p + "load_s": j.load_s, p + "decode_s": j.decode_s})
+    return {k: float(v) for k, v in m.items() if v is not None and math.isfinite(float(v))}
+
+
+def job_dict(j: JobRecord) -> dict:
+    return {
+        "id": j.id, "model": j.model, "tokens": j.tokens, "arrival_s": j.arrival_s, "machine": j.machine,
+        "tie": j.decision.tie, "tied": list(j.decision.tied), "reason": j.decision.reason,
+        "estimates_s": {e.machine: e.total_s for e in j.estimates if e.eligible},
+        "estimate_parts_s": {e.machine: {"wait_s": e.wait_s, "load_s": e.load_s, "decode_s": e.decode_s}
+                             for e in j.estimates if e.eligible},
+        "not_eligible": {e.machine: e.why_not for e in j.estimates if not e.eligible},
+        "predicted_s": j.predicted_completion_s, "completed_s": j.completed_s,
+        "wait_s": j.wait_s if j.machine else None, "load_s": j.load_s, "decode_s": j.decode_s,
+        "decode_tok_s": j.decode_tok_s, "spilled_gib": j.spilled_gib,
+    }
+
+
+def summary(res: RunResult, scenario_file: str) -> dict:
+    return {"scenario": res.scenario.name, "scenario_file": scenario_file, "seed": res.seed,
+            "metrics": res.metrics, "jobs": [job_dict(j) for j in res.jobs]}
+
+
+def tables(res: RunResult) -> dict[str, list[dict]]:
+    loads, stages, estimates, jobs = [], [], [], []
+    for p in res.probes:
+        row = {"machine": p.machine, "model": p.model, "gb": p.gb, "fits": p.fits,
+               "cold_gbps": p.cold.gbps, "hot_gbps": p.hot.gbps, "link_gbps": p.link.gbps if p.link else None,
+               "disk_s_per_gb": p.disk_s_per_gb, "other_s_per_gb": p.other_s_per_gb}
+        loads.append(row)
+        for phase, r in (("cold", p.cold), ("hot", p.hot), ("link", p.link)):
+            if r is None:
+                continue
+            for stage, sec in (("disk", r.disk_s), ("loader", r.loader_s), ("link", r.link_s)):
+                stages.append({"machine": p.machine, "phase": phase, "stage": stage, "seconds": sec,
+                               "wall_s": r.wall_s})
+    for j in res.jobs:
+        for e in j.estimates:
+            estimates.append({"job": j.id, "machine": e.machine, "eligible": e.eligible, "wait_s": e.wait_s,
+                              "load_s": e.load_s, "decode_s": e.decode_s, "total_s": e.total_s if e.eligible else None,
+                              "chosen": e.machine == j.machine, "why_not": e.why_not})
+        d = job_dict(j)
+        jobs.append({k: v for k, v in d.items() if not isinstance(v, dict) and not isinstance(v, list)})
+    links = []
+    for name, m in res.scenario.machines.items():
+        for g in m.gpus:
+            li = link_info(res.scenario, m, g)
+            links.append({"machine": name, "gpu": g, "card_max": f"Gen{li.card_max_gen} x{li.card_max_lanes}",
+                          "slot": f"Gen{li.slot_gen} x{li.slot_lanes}", "negotiated": f"Gen{li.gen} x{li.lanes}",
+                          "paper_gbps": li.paper_gbps, "efficiency": li.efficiency, "gbps": li.gbps,
+                          "measured": li.measured})
+    return {"loads": loads, "load_stages": stages, "links": links, "jobs": jobs, "estimates": estimates}

@@ -1,0 +1,396 @@
+"""Scenario files: pydantic models, YAML loading, calibration overlays and ``--set`` overrides.
+
+Collections are maps keyed by name so every knob has a dotted path (``machines.rtx4090_box.loader.s_per_gb``).
+Units are in key names. Unknown keys are errors with a did-you-mean.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ScenarioError
+
+Gen = Literal[1, 2, 3, 4, 5, 6]
+Lanes = Literal[1, 2, 4, 8, 16]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Pcie(Strict):
+    efficiency: float = Field(
+        0.84, gt=0, le=1,
+        description="Share of the paper PCIe bandwidth a host->GPU copy delivers (fraction). "
+        "Fitted to calibration/loading_stages.csv (84-85% measured on Gen4 x16 and Gen2 x4).",
+    )
+
+
+class LoadingConfig(Strict):
+    composition: Literal["serial", "pipelined"] = Field(
+        "serial",
+        description="serial: per-byte stage costs add (real safetensors loaders); "
+        "pipelined: stages overlap through bounded buffers (streaming loaders).",
+    )
+    chunk_mib: float = Field(256.0, gt=0, description="Size of one chunk moved through the stages (MiB).")
+    buffer_chunks: int = Field(2, ge=1, description="Chunks each pipelined buffer holds between two stages.")
+
+
+class Disk(Strict):
+    read_gbps: float = Field(gt=0, description="Sequential read bandwidth (decimal GB/s).")
+    latency_s: float = Field(0.0, ge=0, description="Fixed cost of one chunk read request (s).")
+
+
+class GpuType(Strict):
+    vram_gib: float = Field(gt=0, description="VRAM capacity (GiB).")
+    pcie_max_gen: Gen = Field(description="Highest PCIe generation the card itself supports.")
+    pcie_max_lanes: Lanes = Field(16, description="Widest PCIe link the card itself supports (lanes).")
+
+
+class Gpu(Strict):
+    type: str = Field(description="Key of a GPU type under 'gpus'.")
+    slot_gen: Gen = Field(description="PCIe generation the motherboard slot offers.")
+    slot_lanes: Lanes = Field(16, description="Lanes the slot offers (electrically).")
+    negotiated_gen: Gen | None = Field(
+        None, description="Generation the link really trains to under load, when lower than card and slot allow.")
+    negotiated_lanes: Lanes | None = Field(
+        None, description="Lanes the link really trains to under load, when fewer than card and slot allow.")
+    pcie_efficiency: float | None = Field(None, gt=0, le=1, description="Overrides pcie.efficiency for this link.")
+    measured_link_gbps: float | None = Field(
+        None, gt=0, description="A measured host->GPU copy rate (GB/s); replaces gen x lanes x efficiency.")
+    reserved_gib: float = Field(0.0, ge=0, description="VRAM taken by other processes and the driver (GiB).")
+
+
+class Loader(Strict):
+    s_per_gb: float = Field(ge=0, description="Host-side loader cost per decimal GB (s/GB).")
+    s_per_tensor: float = Field(0.0, ge=0, description="Host-side loader cost per tensor (s).")
+
+
+class Machine(Strict):
+    kind: Literal["discrete", "unified"] = Field(
+        "discrete", description="discrete: GPUs behind PCIe; unified: Apple-style unified memory, no PCIe stage.")
+    disk: str = Field(description="Key of a disk under 'disks' holding the model files.")
+    page_cache_gib: float = Field(ge=0, description="Host RAM available to the page cache (GiB).")
+    loader: Loader
+    gpus: dict[str, Gpu] = Field(default_factory=dict, description="GPUs of a discrete machine, by name.")
+    unified_memory_gib: float | None = Field(None, gt=0, description="Unified memory usable for weights (GiB).")
+    decode_tok_s: dict[str, float] = Field(
+        default_factory=dict, description="Measured decode rate per model key (tokens/s).")
+    decode_jitter_cv: float = Field(
+        0.0, ge=0, description="Coefficient of variation of a job's realised decode rate around the table value.")
+    resident_models: list[str] = Field(default_factory=list, description="Models loaded in VRAM at t=0.")
+    page_cache_models: list[str] = Field(default_factory=list, description="Models page-cached at t=0.")
+    busy_until_s: float = Field(0.0, ge=0, description="Work already queued on the machine at t=0 (s).")
+    on_overflow: Literal["error", "spill"] = Field(
+        "error", description="A model that does not fit in VRAM: error (machine not eligible) or spill to host RAM.")
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Machine:
+        if self.kind == "discrete" and not self.gpus:
+            raise ValueError("a discrete machine needs at least one entry under 'gpus'")
+        if self.kind == "unified":
+            if self.gpus:
+                raise ValueError("a unified-memory machine has no 'gpus' (no PCIe stage)")
+            if self.unified_memory_gib is None:
+                raise ValueError("a unified-memory machine needs 'unified_memory_gib'")
+        return self
+
+
+class ModelSpec(Strict):
+    weights_gib: float = Field(gt=0, description="Bytes of weights to load (GiB).")
+    tensors: int = Field(0, ge=0, description="Tensors in the weight files (loader per-tensor cost).")
+
+
+class TieBreak(Strict):
+    rule: Literal["prefer", "fastest_decode", "fastest_load", "shortest_queue", "smallest_estimate"] = Field(
+        "prefer", description="What decides between machines whose estimates tie.")
+    order: list[str] = Field(default_factory=list, description="Machine preference order for rule 'prefer'.")
+
+
+class Dispatch(Strict):
+    tie_threshold: float = Field(
+        0.10, ge=0, description="Estimates within this relative difference of the best are a tie (fraction).")
+    tie_break: TieBreak = TieBreak()
+    isolation: Literal["shared", "per_job"] = Field(
+        "shared",
+        description="shared: all jobs flow through one simulation with queues; "
+        "per_job: each job is a separate case starting from the initial machine state.",
+    )
+
+
+class Job(Strict):
+    model: str
+    tokens: int = Field(ge=0, description="Tokens to generate (0: only make the model resident).")
+    arrival_s: float = Field(0.0, ge=0, description="When the job is submitted (s).")
+    resident_on: list[str] | None = Field(
+        None, description="per_job isolation only: machines where the model is resident when this job starts.")
+
+
+class Report(Strict):
+    load_model: str | None = Field(None, description="Model whose cold/hot/link load each machine reports.")
+
+
+class Scenario(Strict):
+    name: str
+    description: str = ""
+    calibrations: list[str] = Field(
+        default_factory=list, description="Calibration files (relative to this file) filling parameters.")
+    seed: int = Field(0, description="Default seed; --seed overrides.")
+    pcie: Pcie = Pcie()
+    loading: LoadingConfig = LoadingConfig()
+    disks: dict[str, Disk]
+    gpus: dict[str, GpuType] = Field(default_factory=dict)
+    models: dict[str, ModelSpec]
+    machines: dict[str, Machine]
+    dispatch: Dispatch = Dispatch()
+    jobs: dict[str, Job] = Field(default_factory=dict)
+    report: Report = Report()
+
+
+def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
+    """Keys that name other entries must name existing ones: (path, value, expected)."""
+    errs: list[tuple[str, Any, str]] = []
+
+    def need(path: str, value: str, pool: dict, what: str) -> None:
+        if value not in pool:
+            errs.append((path, value, _expected_one_of(value, list(pool), what)))
+
+    for mname, m in s.machines.items():
+        need(f"machines.{mname}.disk", m.disk, s.disks, "a disk")
+        for gname, g in m.gpus.items():
+            need(f"machines.{mname}.gpus.{gname}.type", g.type, s.gpus, "a GPU type")
+        for key in m.decode_tok_s:
+            need(f"machines.{mname}.decode_tok_s.{key}", key, s.models, "a model")
+        for i, key in enumerate(m.resident_models):
+            need(f"machines.{mname}.resident_models.{i}", key, s.models, "a model")
+        for i, key in enumerate(m.page_cache_models):
+            need(f"machines.{mname}.page_cache_models.{i}", key, s.models, "a model")
+    for jname, j in s.jobs.items():
+        need(f"jobs.{jname}.model", j.model, s.models, "a model")
+        for i, key in enumerate(j.resident_on or []):
+            need(f"jobs.{jname}.resident_on.{i}", key, s.machines, "a machine")
+        if j.resident_on is not None and s.dispatch.isolation != "per_job":
+            errs.append((f"jobs.{jname}.resident_on", j.resident_on, "only with dispatch.isolation: per_job"))
+    for i, key in enumerate(s.dispatch.tie_break.order):
+        need(f"dispatch.tie_break.order.{i}", key, s.machines, "a machine")
+    if s.report.load_model is not None:
+        need("report.load_model", s.report.load_model, s.models, "a model")
+    return errs
+
+
+def _expected_one_of(value: str, names: list[str], what: str) -> str:
+    hint = difflib.get_close_matches(str(value), names, n=1)
+    extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+    return f"expected {what}, one of {sorted(names)}{extra}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _model_for_path(loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model class that owns the last key of ``loc`` (to suggest field names)."""
+    cls: Any = Scenario
+    for part in loc[:-1]:
+        if cls is None:
+            return None
+        if isinstance(part, int):
+            continue
+        fields = getattr(cls, "model_fields", None)
+        if fields is None:
+            return None
+        if part in fields:
+            ann = fields[part].annotation
+            cls = _inner_model(ann)
+        else:  # a map key such as a machine name: the model is the map's value type
+            continue
+    return cls if isinstance(cls, type) and issubclass(cls, BaseModel) else None
+
+
+def _inner_model(ann: Any) -> Any:
+    args = getattr(ann, "__args__", None)
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    if args:
+        for a in reversed(args):
+            inner = _inner_model(a)
+            if inner is not None:
+                return inner
+    return None
+
+
+def _format_validation_error(source: str, exc: ValidationError) -> ScenarioError:
+    err = exc.errors()[0]
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+    path = ".".join(str(p) for p in loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        owner = _model_for_path(loc)
+        names = list(owner.model_fields) if owner else []
+        hint = difflib.get_close_matches(str(loc[-1]), names, n=1)
+        extra = f"; did you mean '{hint[0]}'?" if hint else (f"; expected one of {names}" if names else "")
+        return ScenarioError(source, path, f"unknown key{extra}")
+    if kind == "missing":
+        return ScenarioError(source, path, "missing required key")
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return ScenarioError(source, path, f"bad value {_short(err.get('input'))}: expected {msg[0].lower() + msg[1:]}"
+                         if kind != "value_error" else msg)
+
+
+def read_yaml(path: str) -> Any:
+    """Read a YAML file; any problem becomes a one-line ScenarioError."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ScenarioError(path, "", "file not found") from None
+    except IsADirectoryError:
+        raise ScenarioError(path, "", "is a directory, expected a YAML file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError(path, "", f"YAML syntax error: {where}{problem}") from None
+    except (UnicodeDecodeError, OSError) as exc:
+        raise ScenarioError(path, "", f"cannot read: {exc}") from None
+
+
+def split_dotted(path: str) -> list[str]:
+    return [p for p in path.split(".")]
+
+
+def set_dotted(data: dict, path: str, value: Any, source: str) -> None:
+    """Set ``value`` at dotted ``path`` inside nested dicts/lists.
+
+    Intermediate keys must exist (a typo gets a did-you-mean); the last key may be new, and validation then
+    decides whether it is allowed.
+    """
+    parts = split_dotted(path)
+    if not path or any(p == "" for p in parts):
+        raise ScenarioError(source, path, "expected a dotted key path such as machines.NAME.disk")
+    node: Any = data
+    walked: list[str] = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        here = ".".join(walked) or "(top level)"
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node) + (1 if last else 0):
+                raise ScenarioError(source, path, f"'{part}' is not an index of the list at {here} "
+                                    f"(length {len(node)})")
+            idx = int(part)
+            if last:
+                if idx == len(node):
+                    node.append(value)
+                else:
+                    node[idx] = value
+                return
+            node = node[idx]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+                return
+            if part not in node or node[part] is None:
+                if part in node or _is_known_section(walked + [part]):
+                    node[part] = {}
+                else:
+                    names = [str(k) for k in node]
+                    hint = difflib.get_close_matches(part, names, n=1)
+                    extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+                    raise ScenarioError(source, path, f"no key '{part}' under {here}{extra}")
+            node = node[part]
+        else:
+            raise ScenarioError(source, path, f"{here} holds {_short(node)}, not a map")
+        walked.append(part)
+
+
+def _is_known_section(parts: list[str]) -> bool:
+    """True when ``parts`` names an optional section of the schema (so --set may create it)."""
+    cls: Any = Scenario
+    for part in parts:
+        fields = getattr(cls, "model_fields", None)
+        if fields is None or part not in fields:
+            return False
+        cls = _inner_model(fields[part].annotation)
+    return True
+
+
+def parse_set(expr: str) -> tuple[str, Any]:
+    """``a.b.c=value`` -> (path, value) with the value read as a YAML scalar/list."""
+    if "=" not in expr:
+        raise ScenarioError("--set", expr, "expected dotted.path=value")
+    path, raw = expr.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path.strip(), value
+
+
+def apply_calibrations(raw: dict, source: str) -> dict:
+    """Overlay the ``parameters`` (dotted path -> value) of each calibration file named by the scenario."""
+    cals = raw.get("calibrations") or []
+    if not isinstance(cals, list):
+        raise ScenarioError(source, "calibrations", f"bad value {_short(cals)}: expected a list of file paths")
+    base_dir = os.path.dirname(os.path.abspath(source))
+    out = copy.deepcopy(raw)
+    for i, rel in enumerate(cals):
+        if not isinstance(rel, str):
+            raise ScenarioError(source, f"calibrations.{i}", f"bad value {_short(rel)}: expected a file path")
+        cal_path = os.path.normpath(os.path.join(base_dir, rel))
+        cal = read_yaml(cal_path)
+        params = cal.get("parameters") if isinstance(cal, dict) else None
+        if not isinstance(params, dict):
+            raise ScenarioError(cal_path, "parameters", "expected a map of dotted.path: value")
+        for key, value in params.items():
+            set_dotted(out, str(key), value, cal_path)
+    return out
+
+
+def load_scenario(path: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Scenario, dict]:
+    """Load, overlay calibrations, apply ``--set`` overrides, validate.
+
+    Returns the validated scenario and the resolved raw mapping (what was validated).
+    """
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ScenarioError(path, "", f"expected a YAML map at the top level, got {type(raw).__name__}")
+    resolved = apply_calibrations(raw, path)
+    for expr in overrides:
+        key, value = parse_set(expr)
+        set_dotted(resolved, key, value, f"{path} (--set {expr})")
+    return validate(resolved, path), resolved
+
+
+def validate(raw: dict, source: str) -> Scenario:
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise _format_validation_error(source, exc) from None
+    errs = _cross_reference_errors(scenario)
+    if errs:
+        path, value, expected = errs[0]
+        raise ScenarioError(source, path, f"bad value {_short(value)}: {expected}")
+    return scenario
+
+
+def json_schema() -> dict:
+    schema = Scenario.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "sim scenario"
+    return schema
+
+
+__all__ = [
+    "Scenario", "Machine", "Gpu", "GpuType", "Disk", "Loader", "ModelSpec", "Job", "Dispatch", "TieBreak",
+    "LoadingConfig", "Pcie", "load_scenario", "validate", "json_schema", "set_dotted", "parse_set",
+]

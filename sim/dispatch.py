@@ -62,7 +62,7 @@ def decide(estimates: list[Estimate], tie_threshold: float, tie_break: TieBreak)
         why = "; ".join(f"{e.machine}: {e.why_not}" for e in estimates) or "no machines"
         return Decision(None, False, (), f"no eligible machine ({why})")
     best = ok[0]
-    tied = [e for e in ok if relative_gap(e.total_s, best.total_s) < tie_threshold]
+    tied = [best] + [e for e in ok[1:] if relative_gap(e.total_s, best.total_s) < tie_threshold]
     if len(ok) == 1:
         return Decision(best.machine, False, (best.machine,), f"only eligible machine ({best.total_s:.1f} s)")
     if len(tied) == 1:

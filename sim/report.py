@@ -19,8 +19,8 @@ def run_text(res: RunResult) -> str:
         p0 = res.probes[0]
         out.append(f"Load of {p0.model} ({p0.gb:.2f} GB), {scn.loading.composition} stages, "
                    f"{scn.loading.chunk_mib:g} MiB chunks")
-        out.append(f"  {'machine':<14}{'link':<24}{'cold':>7}{'hot':>7}{'link':>7}  GB/s"
-                   f"{'disk':>8}{'other':>7}  s/GB   cold s = disk + loader + link")
+        out.append(f"  {'machine':<14}{'link (GB/s)':<22}{'cold':>7}{'hot':>7}{'link':>7} GB/s"
+                   f"{'disk':>8}{'other':>7} s/GB   cold s = disk + loader + link")
         for p in res.probes:
             m = scn.machines[p.machine]
             if m.kind == "unified":
@@ -31,10 +31,10 @@ def run_text(res: RunResult) -> str:
                 link = f"{len(infos)}x Gen{li.gen} x{li.lanes} {li.gbps:.2f}" if len(infos) > 1 else \
                     f"Gen{li.gen} x{li.lanes} {li.gbps:.2f}"
             c = p.cold
-            out.append(f"  {p.machine:<14}{link:<24}{p.cold.gbps:>7.2f}{p.hot.gbps:>7.2f}"
-                       f"{_num(p.link.gbps if p.link else None):>7}      "
+            out.append(f"  {p.machine:<14}{link:<22}{p.cold.gbps:>7.2f}{p.hot.gbps:>7.2f}"
+                       f"{_num(p.link.gbps if p.link else None):>7}     "
                        f"{p.disk_s_per_gb:>8.3f}{p.other_s_per_gb:>7.3f}"
-                       f"        {c.wall_s:.2f} = {c.disk_s:.2f} + {c.loader_s:.2f} + {c.link_s:.2f}")
+                       f"      {c.wall_s:>6.2f} = {c.disk_s:.2f} + {c.loader_s:.2f} + {c.link_s:.2f}")
             if not p.fits:
                 spilled = p.cold.spilled_bytes / 2**30
                 out.append(f"    ! {p.model} does not fit: {spilled:.1f} GiB would stay in host RAM")

@@ -21,7 +21,7 @@ Lanes = Literal[1, 2, 4, 8, 16]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Pcie(Strict):
@@ -241,10 +241,10 @@ def _format_validation_error(source: str, exc: ValidationError) -> ScenarioError
     if kind == "missing":
         return ScenarioError(source, path, "missing required key")
     msg = err["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    return ScenarioError(source, path, f"bad value {_short(err.get('input'))}: expected {msg[0].lower() + msg[1:]}"
-                         if kind != "value_error" else msg)
+    if kind == "value_error":
+        return ScenarioError(source, path, msg.removeprefix("Value error, "))
+    msg = msg.removeprefix("Input should be ")
+    return ScenarioError(source, path, f"bad value {_short(err.get('input'))}: expected {msg[0].lower() + msg[1:]}")
 
 
 def read_yaml(path: str) -> Any:
@@ -300,11 +300,11 @@ def set_dotted(data: dict, path: str, value: Any, source: str) -> None:
                 node[part] = value
                 return
             if part not in node or node[part] is None:
-                if part in node or _is_known_section(walked + [part]):
+                hint = difflib.get_close_matches(part, [str(k) for k in node], n=1)
+                # A new entry of a named map may be created, unless the name looks like a typo of an existing one.
+                if part in node or (_is_known_section(walked + [part]) and not hint):
                     node[part] = {}
                 else:
-                    names = [str(k) for k in node]
-                    hint = difflib.get_close_matches(part, names, n=1)
                     extra = f" (did you mean '{hint[0]}'?)" if hint else ""
                     raise ScenarioError(source, path, f"no key '{part}' under {here}{extra}")
             node = node[part]
@@ -314,13 +314,19 @@ def set_dotted(data: dict, path: str, value: Any, source: str) -> None:
 
 
 def _is_known_section(parts: list[str]) -> bool:
-    """True when ``parts`` names an optional section of the schema (so --set may create it)."""
+    """True when ``parts`` names a section of the schema or a new entry of a named map (so --set may create it)."""
     cls: Any = Scenario
+    in_map = False
     for part in parts:
+        if in_map:  # any name is a valid key of a named map; its value type comes next
+            in_map = False
+            continue
         fields = getattr(cls, "model_fields", None)
         if fields is None or part not in fields:
             return False
-        cls = _inner_model(fields[part].annotation)
+        ann = fields[part].annotation
+        in_map = getattr(ann, "__origin__", None) is dict
+        cls = _inner_model(ann)
     return True
 
 
@@ -365,10 +371,18 @@ def load_scenario(path: str, overrides: list[str] | tuple[str, ...] = ()) -> tup
     if not isinstance(raw, dict):
         raise ScenarioError(path, "", f"expected a YAML map at the top level, got {type(raw).__name__}")
     resolved = apply_calibrations(raw, path)
+    set_paths = []
     for expr in overrides:
         key, value = parse_set(expr)
         set_dotted(resolved, key, value, f"{path} (--set {expr})")
-    return validate(resolved, path), resolved
+        set_paths.append((key, expr))
+    try:
+        return validate(resolved, path), resolved
+    except ScenarioError as exc:
+        for key, expr in reversed(set_paths):
+            if exc.path == key or exc.path.startswith(key + ".") or key.startswith(exc.path + "."):
+                raise ScenarioError(f"{path} (--set {expr})", exc.path, exc.problem) from None
+        raise
 
 
 def validate(raw: dict, source: str) -> Scenario:

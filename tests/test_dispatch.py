@@ -1,0 +1,151 @@
+"""Dispatcher: estimates, the 10% tie rule, tie-breaks, residency, queues and the break-even."""
+
+import math
+
+import numpy as np
+import pytest
+from conftest import HOME_LAB, tiny_scenario
+
+from sim.breakeven import breakeven
+from sim.dispatch import Estimate, breakeven_closed_form, decide, relative_gap
+from sim.labsim import run_jobs
+from sim.scenario import TieBreak, load_scenario, validate
+
+
+def test_decide_clear_win_and_tie_rules():
+    a = Estimate("a", True, 0, 0, 100, 10)
+    b = Estimate("b", True, 0, 0, 109, 9)
+    c = Estimate("c", True, 0, 0, 111, 12)
+    prefer_b = TieBreak(rule="prefer", order=["b"])
+    d = decide([a, c], 0.10, prefer_b)
+    assert d.chosen == "a" and not d.tie and "clear win" in d.reason
+    d = decide([a, b, c], 0.10, prefer_b)
+    assert d.tie and d.chosen == "b" and set(d.tied) == {"a", "b"} and "tie-break 'prefer'" in d.reason
+    assert decide([a, b], 0.10, TieBreak(rule="fastest_decode")).chosen == "a"
+    assert decide([a, b], 0.10, TieBreak(rule="smallest_estimate")).chosen == "a"
+    assert decide([a, b], 0.0, prefer_b).chosen == "a"  # no tie rule
+
+
+def test_decide_skips_ineligible_machines():
+    d = decide([Estimate("a", False, why_not="no decode rate"), Estimate("b", True, 0, 5, 5, 1)], 0.1, TieBreak())
+    assert d.chosen == "b"
+    d = decide([Estimate("a", False, why_not="no decode rate")], 0.1, TieBreak())
+    assert d.chosen is None and "no decode rate" in d.reason
+
+
+def test_relative_gap():
+    assert relative_gap(100, 110) == pytest.approx(0.1)
+    assert relative_gap(110, 100) == pytest.approx(0.1)
+
+
+def jobs_by_id(scn, seed=0):
+    return {j.id: j for j in run_jobs(scn, np.random.default_rng(seed))}
+
+
+def test_home_lab_three_jobs(home_lab):
+    jobs = jobs_by_id(home_lab)
+    # resident: no load term; the faster decoder wins clearly (13% apart)
+    r = jobs["long_resident"]
+    assert r.machine == "mining_box" and not r.decision.tie
+    assert all(e.load_s == 0 for e in r.estimates if e.eligible)
+    assert r.completed_s == pytest.approx(50000 / 146)
+    # with a 20 GiB load: within 10% -> tie -> the RTX 4090 box by the author's tie-break
+    w = jobs["long_with_load"]
+    assert w.decision.tie and w.machine == "rtx4090_box"
+    est = {e.machine: e for e in w.estimates}
+    assert est["mining_box"].load_s == pytest.approx(21.47483648 / 0.72, rel=0.01)
+    assert est["rtx4090_box"].load_s == pytest.approx(21.47483648 / 1.88, rel=0.01)
+    assert not est["mac"].eligible and "decode rate" in est["mac"].why_not
+    # short job with a load: the fast loader wins clearly
+    s = jobs["short_with_load"]
+    assert s.machine == "rtx4090_box" and not s.decision.tie
+    # every job really ran, and the simulation agrees with the estimate when nothing else happens
+    for j in jobs.values():
+        assert j.completed_s == pytest.approx(j.predicted_completion_s, rel=1e-9)
+
+
+def test_shared_queue_waits_come_from_the_simulation():
+    raw = tiny_scenario()
+    raw["dispatch"] = {"isolation": "shared"}
+    raw["jobs"] = {"first": {"model": "m8", "tokens": 1000}, "second": {"model": "m8", "tokens": 500},
+                   "third": {"model": "m4", "tokens": 200, "arrival_s": 1.0}}
+    scn = validate(raw, "test")
+    jobs = jobs_by_id(scn)
+    first, second, third = jobs["first"], jobs["second"], jobs["third"]
+    assert first.load_s > 0 and first.wait_s == 0
+    # the second job waits for the first and needs no load (projected resident)
+    assert second.wait_s == pytest.approx(first.completed_s)
+    assert second.load_s == 0 and {e.machine: e for e in second.estimates}["box"].load_s == 0
+    assert third.wait_s == pytest.approx(second.completed_s - 1.0)
+    for j in jobs.values():
+        assert j.completed_s == pytest.approx(j.predicted_completion_s, rel=1e-9)
+
+
+def test_busy_machine_loses_to_idle_one():
+    raw = tiny_scenario()
+    raw["machines"]["other"] = dict(raw["machines"]["box"], busy_until_s=1000.0)
+    raw["jobs"] = {"j": {"model": "m8", "tokens": 100}}
+    jobs = jobs_by_id(validate(raw, "test"))
+    est = {e.machine: e for e in jobs["j"].estimates}
+    assert est["other"].wait_s == pytest.approx(1000.0)
+    assert jobs["j"].machine == "box"
+
+
+def test_model_that_does_not_fit_is_not_eligible_or_spills():
+    raw = tiny_scenario()
+    raw["gpus"]["card"]["vram_gib"] = 6
+    raw["jobs"] = {"j": {"model": "m8", "tokens": 100}}
+    jobs = jobs_by_id(validate(raw, "test"))
+    assert jobs["j"].machine is None and "needs 8.0 GiB" in jobs["j"].decision.reason
+    raw["machines"]["box"]["on_overflow"] = "spill"
+    jobs = jobs_by_id(validate(raw, "test"))
+    assert jobs["j"].machine == "box" and jobs["j"].spilled_gib == pytest.approx(2.0)
+
+
+def test_vram_evicts_least_recently_used_model():
+    raw = tiny_scenario()
+    raw["gpus"]["card"]["vram_gib"] = 20
+    raw["dispatch"] = {"isolation": "shared"}
+    raw["jobs"] = {"a": {"model": "m8", "tokens": 10}, "b": {"model": "m4", "tokens": 10, "arrival_s": 100},
+                   "c": {"model": "m16", "tokens": 10, "arrival_s": 200},
+                   "d": {"model": "m4", "tokens": 10, "arrival_s": 300},
+                   "e": {"model": "m8", "tokens": 10, "arrival_s": 400}}
+    jobs = jobs_by_id(validate(raw, "test"))
+    assert jobs["c"].load_s > 0
+    assert jobs["d"].load_s == 0  # m16 needed 16 of 20 GiB: only the least recently used model, m8, was unloaded
+    assert jobs["e"].load_s > 0
+
+
+def test_decode_jitter_is_seeded():
+    raw = tiny_scenario()
+    raw["machines"]["box"]["decode_jitter_cv"] = 0.2
+    raw["jobs"] = {"j": {"model": "m8", "tokens": 1000}}
+    scn = validate(raw, "test")
+    a, b, c = (jobs_by_id(scn, s)["j"].decode_tok_s for s in (1, 1, 2))
+    assert a == b and a != c
+
+
+def test_breakeven_bisection_matches_closed_form(home_lab):
+    r = breakeven(home_lab, "9B", "mining_box", "rtx4090_box", seed=0)
+    cf = r["closed_form"]
+    assert r["faster_decoder"] == "mining_box" and r["faster_loader"] == "rtx4090_box"
+    for key in ("breakeven_tokens", "clear_win_tokens", "fast_loader_clear_below_tokens"):
+        assert r[key] == math.ceil(cf[key]), key
+    # loads of 29.8 s and 11.4 s, decode 146 and 129 tok/s: ~20,400 tokens; the tie rule moves it to ~98,000
+    assert 20000 < r["breakeven_tokens"] < 21000
+    assert 95000 < r["clear_win_tokens"] < 101000
+    assert r["fast_loader_clear_below_tokens"] < r["breakeven_tokens"] < r["clear_win_tokens"]
+
+
+def test_breakeven_closed_form_never_crosses():
+    cf = breakeven_closed_form(10, 100, 5, 99, 0.5)
+    assert math.isinf(cf["clear_win_tokens"])
+
+
+def test_breakeven_moves_with_the_link():
+    """What-if: the mining cards at Gen1 (factory lock) load slower, so the break-even moves out."""
+    slow, _ = load_scenario(HOME_LAB, [f"machines.mining_box.gpus.card{i}.negotiated_gen=1" for i in range(3)])
+    base, _ = load_scenario(HOME_LAB)
+    a = breakeven(base, "9B", "mining_box", "rtx4090_box", 0)["breakeven_tokens"]
+    b = breakeven(slow, "9B", "mining_box", "rtx4090_box", 0)["breakeven_tokens"]
+    assert b > a

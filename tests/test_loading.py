@@ -1,0 +1,163 @@
+"""Loading pipeline: simulated loads against closed forms, the page cache and contention for the disk."""
+
+import numpy as np
+import pytest
+import simpy
+from conftest import tiny_scenario
+
+from sim import loading
+from sim.hardware import memory_targets, stage_costs
+from sim.loadsim import Rig, load
+from sim.pagecache import PageCache
+from sim.scenario import validate
+from sim.units import GB, GIB, MIB
+
+CHUNK_GB = GIB / GB  # 1 GiB chunks in the tiny scenario
+
+
+def per_chunk_times():
+    """Hand-computed stage seconds of one 1 GiB chunk of model m8 (8 GiB, 800 tensors) on the tiny box."""
+    disk = 0.01 + CHUNK_GB / 2.0
+    loader = CHUNK_GB * 0.1 + 100 * 0.001
+    link = CHUNK_GB / 10.0
+    return disk, loader, link
+
+
+def setup(raw, models=("m8",)):
+    scn = validate(raw, "test")
+    m = scn.machines["box"]
+    env = simpy.Environment()
+    targets = memory_targets(scn, m)
+    cache = PageCache(m.page_cache_gib * GIB)
+    rig = Rig.build(env, stage_costs(scn, m), cache, [t.name for t in targets])
+    plans = {}
+    for name in models:
+        spec = scn.models[name]
+        plans[name] = loading.plan_chunks(name, spec.weights_gib * GIB, spec.tensors, scn.loading.chunk_mib * MIB,
+                                          targets, [t.capacity_bytes for t in targets])
+    return scn, env, rig, plans
+
+
+def run_loads(env, rig, plans, composition, buffer_chunks=2, names=None):
+    procs = [env.process(load(rig, plans[n], n, composition, buffer_chunks)) for n in (names or list(plans))]
+    env.run()
+    return [p.value for p in procs]
+
+
+def test_serial_load_matches_closed_form():
+    _, env, rig, plans = setup(tiny_scenario())
+    (res,) = run_loads(env, rig, plans, "serial")
+    d, lo, li = per_chunk_times()
+    assert res.wall_s == pytest.approx(8 * (d + lo + li), rel=1e-12)
+    assert (res.disk_s, res.loader_s, res.link_s) == pytest.approx((8 * d, 8 * lo, 8 * li), rel=1e-12)
+    assert res.bytes_from_disk == pytest.approx(8 * GIB)
+
+
+@pytest.mark.parametrize("buffer_chunks", [1, 2, 8])
+def test_pipelined_load_matches_closed_form(buffer_chunks):
+    _, env, rig, plans = setup(tiny_scenario())
+    (res,) = run_loads(env, rig, plans, "pipelined", buffer_chunks)
+    d, lo, li = per_chunk_times()
+    assert res.wall_s == pytest.approx(d + lo + li + 7 * max(d, lo, li), rel=1e-12)
+
+
+@pytest.mark.parametrize("composition", ["serial", "pipelined"])
+def test_simulation_equals_mechanism_for_uneven_chunks(composition):
+    raw = tiny_scenario(models__m8__weights_gib=8.37, loading__chunk_mib=700, loading__buffer_chunks=64)
+    scn, env, rig, plans = setup(raw)
+    (res,) = run_loads(env, rig, plans, composition, 64)
+    plan = plans["m8"]
+    times = loading.stage_times(plan, rig.costs, np.zeros(plan.n, bool))
+    assert res.wall_s == pytest.approx(loading.load_time(times, composition), rel=1e-12)
+
+
+def test_pipelined_is_never_slower_than_serial_and_bounded_by_bottleneck():
+    scn, _, rig, plans = setup(tiny_scenario())
+    plan = plans["m8"]
+    t = loading.stage_times(plan, rig.costs, np.zeros(plan.n, bool))
+    assert loading.pipelined_time(t) < loading.serial_time(t)
+    assert loading.pipelined_time(t) >= t.as_matrix().sum(axis=1).max()
+
+
+def test_hot_after_cold_skips_the_disk():
+    _, env, rig, plans = setup(tiny_scenario())
+    results = []
+
+    def twice():
+        for _ in range(2):
+            results.append((yield env.process(load(rig, plans["m8"], "m8", "serial", 2))))
+
+    env.process(twice())
+    env.run()
+    cold, hot = results
+    d, lo, li = per_chunk_times()
+    assert hot.bytes_from_disk == 0 and hot.bytes_from_cache == pytest.approx(8 * GIB)
+    assert hot.wall_s == pytest.approx(8 * (lo + li))
+    assert cold.wall_s - hot.wall_s == pytest.approx(8 * d)
+
+
+def test_lru_eviction_of_a_page_cached_model():
+    # 20 GiB of page cache: m8 then m4 then m16 (28 GiB) evicts the least recently used, m8, and keeps m4.
+    _, env, rig, plans = setup(tiny_scenario(), models=("m8", "m4", "m16"))
+    seq = []
+
+    def sequence():
+        for name in ("m8", "m4", "m16", "m4", "m8"):
+            seq.append((yield env.process(load(rig, plans[name], name, "serial", 2))))
+
+    env.process(sequence())
+    env.run()
+    m4_again, m8_again = seq[3], seq[4]
+    assert m4_again.bytes_from_disk == 0
+    assert m8_again.bytes_from_cache == 0 and m8_again.bytes_from_disk == pytest.approx(8 * GIB)
+    assert rig.page_cache.used_bytes <= rig.page_cache.capacity_bytes
+
+
+def test_model_larger_than_page_cache_never_gets_hot():
+    # A sequential re-read of a file larger than an LRU cache misses everywhere (the scan pathology).
+    _, env, rig, plans = setup(tiny_scenario(machines__box__page_cache_gib=12), models=("m16",))
+    seq = []
+
+    def sequence():
+        for _ in range(2):
+            seq.append((yield env.process(load(rig, plans["m16"], "m16", "serial", 2))))
+
+    env.process(sequence())
+    env.run()
+    assert seq[1].bytes_from_cache == 0
+
+
+@pytest.mark.parametrize("composition", ["serial", "pipelined"])
+def test_two_concurrent_loads_share_the_disk(composition):
+    raw = tiny_scenario(models__m8b={"weights_gib": 8, "tensors": 800})
+    _, env, rig, plans = setup(raw, models=("m8", "m8b"))
+    a, b = run_loads(env, rig, plans, composition)
+    d, lo, li = per_chunk_times()
+    assert d > lo + li  # disk-bound: the disk never idles while chunks remain
+    assert max(a.end_s, b.end_s) == pytest.approx(16 * d + lo + li, rel=1e-12)
+    assert min(a.end_s, b.end_s) == pytest.approx(15 * d + lo + li, rel=1e-12)
+    assert a.wait_s > 0 and b.wait_s > 0
+    # alone, the same load is not held up by the other one
+    _, env1, rig1, plans1 = setup(raw)
+    (alone,) = run_loads(env1, rig1, plans1, composition)
+    expected_alone = 8 * (d + lo + li) if composition == "serial" else 8 * d + lo + li
+    assert alone.wall_s == pytest.approx(expected_alone, rel=1e-12)
+    assert alone.wait_s == 0
+
+
+def test_split_across_gpus_and_spill():
+    raw = tiny_scenario()
+    raw["machines"]["box"]["gpus"] = {
+        "g0": {"type": "card", "slot_gen": 4, "reserved_gib": 44},  # 4 GiB free
+        "g1": {"type": "card", "slot_gen": 2, "slot_lanes": 4, "reserved_gib": 46},  # 2 GiB free, slow link
+    }
+    scn = validate(raw, "test")
+    m = scn.machines["box"]
+    targets = memory_targets(scn, m)
+    plan = loading.plan_chunks("m8", 8 * GIB, 0, GIB, targets, [t.capacity_bytes for t in targets])
+    assert plan.placed_bytes == pytest.approx((4 * GIB, 2 * GIB))
+    assert plan.spilled_bytes == pytest.approx(2 * GIB)
+    assert list(plan.target) == [0, 0, 0, 0, 1, 1, -1, -1]
+    t = loading.stage_times(plan, stage_costs(scn, m), np.zeros(plan.n, bool))
+    assert t.link[6:].sum() == 0  # spilled chunks stay in host RAM
+    assert t.link[4] > t.link[0]  # Gen2 x4 is slower than Gen4 x16

@@ -1,19 +1,22 @@
 """Dispatch break-even between two machines, found by bisection over simulated job completions.
 
-Each evaluation runs the lab simulation for one job of N tokens pinned to a machine, with the model not resident
-(the load goes through the simulated pipeline), from the scenario's initial page-cache state. The closed forms of
-:func:`sim.dispatch.breakeven_closed_form` are computed alongside as a check.
+Each evaluation runs the lab simulation for one job of n tokens pinned to a machine, with the model not resident
+(the load goes through the simulated pipeline), from the scenario's initial page-cache state. Each machine draws
+from its own random stream, the same for every n (common random numbers), so completion is monotone in n. Every
+boundary is also computed in closed form from the loading mechanism's predicted load time and the table decode
+rates, and the two are compared.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable
 
 import numpy as np
 
 from .dispatch import breakeven_closed_form
-from .errors import SimulationError
+from .errors import ScenarioError
 from .labsim import Lab, single_job_completion_s
 from .scenario import Scenario
 
@@ -27,61 +30,122 @@ def _without_resident(scn: Scenario, model: str) -> Scenario:
     return scn.model_copy(update={"machines": machines})
 
 
-def smallest_true(pred: Callable[[int], bool], lo: int = 0) -> float:
-    """Smallest integer N >= lo with pred(N) true, for pred monotone false->true; inf if none up to MAX_TOKENS."""
-    if pred(lo):
-        return float(lo)
-    hi = max(1, lo * 2)
-    while not pred(hi):
-        if hi >= MAX_TOKENS:
-            return math.inf
-        lo, hi = hi, min(hi * 2, MAX_TOKENS)
+def switch_point(pred: Callable[[int], bool]) -> tuple[bool, float]:
+    """For ``pred`` monotone on [0, MAX_TOKENS]: (pred(0), smallest n where pred(n) != pred(0), inf if none)."""
+    first = pred(0)
+    if pred(MAX_TOKENS) == first:
+        return first, math.inf
+    lo, hi = 0, 1
+    while pred(hi) == first:
+        lo, hi = hi, min(hi * 4, MAX_TOKENS)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if pred(mid):
-            hi = mid
-        else:
+        if pred(mid) == first:
             lo = mid
-    return float(hi)
+        else:
+            hi = mid
+    return first, float(hi)
+
+
+def region(pred: Callable[[int], bool]) -> list[float] | None:
+    """Integer tokens where ``pred`` holds, as [lo, hi) (hi inf when unbounded), or None."""
+    first, switch = switch_point(pred)
+    if first:
+        return [0.0, switch]
+    return None if math.isinf(switch) else [switch, math.inf]
+
+
+def _check_names(scn: Scenario, model: str, a: str, b: str) -> None:
+    def unknown(flag: str, value: str, pool: list[str], what: str) -> ScenarioError:
+        hint = difflib.get_close_matches(value, pool, n=1)
+        return ScenarioError(flag, "", f"no {what} '{value}'; expected one of {sorted(pool)}"
+                             + (f" (did you mean '{hint[0]}'?)" if hint else ""))
+
+    if model not in scn.models:
+        raise unknown("--model", model, list(scn.models), "model")
+    for flag, name in (("--a", a), ("--b", b)):
+        if name not in scn.machines:
+            raise unknown(flag, name, list(scn.machines), "machine")
+        if model not in scn.machines[name].decode_tok_s:
+            raise ScenarioError(flag, f"machines.{name}.decode_tok_s", f"no decode rate for model '{model}'")
+    if a == b:
+        raise ScenarioError("--b", "", f"'{b}' is also --a: expected two different machines")
 
 
 def breakeven(scn: Scenario, model: str, a: str, b: str, seed: int) -> dict:
-    for name in (a, b):
-        if name not in scn.machines:
-            raise SimulationError(f"no machine '{name}' in the scenario (machines: {sorted(scn.machines)})")
-        if model not in scn.machines[name].decode_tok_s:
-            raise SimulationError(f"machine '{name}' has no decode rate for model '{model}'")
-    if model not in scn.models:
-        raise SimulationError(f"no model '{model}' in the scenario (models: {sorted(scn.models)})")
+    _check_names(scn, model, a, b)
     base = _without_resident(scn, model)
-    rates = {n: base.machines[n].decode_tok_s[model] for n in (a, b)}
-    if rates[a] == rates[b]:
-        raise SimulationError(f"{a} and {b} decode {model} at the same rate: the faster loader always wins")
-    fast, slow = (a, b) if rates[a] > rates[b] else (b, a)
-    theta = base.dispatch.tie_threshold
+    order = sorted(base.machines)
     memo: dict[tuple[str, int], float] = {}
 
     def t(machine: str, n: int) -> float:
-        key = (machine, n)
-        if key not in memo:
-            memo[key] = single_job_completion_s(base, machine, model, n, seed)
-        return memo[key]
+        if (machine, n) not in memo:
+            rng = np.random.default_rng([seed, order.index(machine)])
+            memo[(machine, n)] = single_job_completion_s(base, machine, model, n, rng)
+        return memo[(machine, n)]
 
+    theta = base.dispatch.tie_threshold
+    a_first, cross = switch_point(lambda n: t(a, n) <= t(b, n))
     sim = {
-        "breakeven_tokens": smallest_true(lambda n: t(fast, n) <= t(slow, n)),
-        "clear_win_tokens": smallest_true(lambda n: t(slow, n) >= (1 + theta) * t(fast, n)),
-        "fast_loader_clear_below_tokens": smallest_true(lambda n: t(fast, n) < (1 + theta) * t(slow, n)),
+        "breakeven_tokens": cross,
+        "clear_win": {a: region(lambda n: t(b, n) >= (1 + theta) * t(a, n)),
+                      b: region(lambda n: t(a, n) >= (1 + theta) * t(b, n))},
     }
     lab = Lab(base, np.random.default_rng(seed))
-    load_s = {n: lab.predict_load_s(lab.machines[n], model) for n in (a, b)}
-    closed = breakeven_closed_form(load_s[fast], rates[fast], load_s[slow], rates[slow], theta)
+    rates = {n: base.machines[n].decode_tok_s[model] for n in (a, b)}
+    load_cf = {n: lab.predict_load_s(lab.machines[n], model) for n in (a, b)}
+    cf = breakeven_closed_form(load_cf[a], rates[a], load_cf[b], rates[b], theta)
+    closed = {"breakeven_tokens": cf["breakeven_tokens"] if cf["breakeven_tokens"] is not None else math.inf,
+              "clear_win": {a: _as_list(cf["clear_win"]["a"]), b: _as_list(cf["clear_win"]["b"])}}
+    fast = a if rates[a] > rates[b] else b if rates[b] > rates[a] else None
+    fast_region = sim["clear_win"][fast] if fast else None
+    clear_from = fast_region[0] if fast_region and math.isinf(fast_region[1]) else math.inf
     sim_load = {n: t(n, 0) for n in (a, b)}
+    agrees = _agree(sim["breakeven_tokens"], closed["breakeven_tokens"]) and all(
+        _agree_region(sim["clear_win"][n], closed["clear_win"][n]) for n in (a, b))
     return {
         "scenario": scn.name, "seed": seed, "model": model, "a": a, "b": b,
         "faster_decoder": fast, "faster_loader": min((a, b), key=lambda n: sim_load[n]),
+        "wins_short_jobs": a if a_first else b,
         "tie_threshold": theta, "decode_tok_s": rates, "load_s": sim_load,
-        **sim,
+        "breakeven_tokens": sim["breakeven_tokens"],
+        "clear_win_tokens": clear_from,
+        "clear_win": sim["clear_win"],
         "closed_form": closed,
-        "closed_form_load_s": load_s,
+        "closed_form_load_s": load_cf,
+        "closed_form_agrees": agrees,
         "evaluations": len(memo),
+        "table": [{"machine": m, "tokens": n, "completed_s": v} for (m, n), v in sorted(memo.items())],
     }
+
+
+def _as_list(r: tuple[float, float] | None) -> list[float] | None:
+    return list(r) if r is not None else None
+
+
+def _agree(sim: float, closed: float) -> bool:
+    """An integer boundary from bisection against a real one: within one token (both infinite also agree)."""
+    if math.isinf(sim) or math.isinf(closed):
+        return math.isinf(sim) and math.isinf(closed)
+    return abs(sim - math.ceil(closed - 1e-9)) <= 1
+
+
+def _agree_region(sim: list[float] | None, closed: list[float] | None) -> bool:
+    if sim is None or closed is None:
+        return sim is None and closed is None
+    return _agree(sim[0], closed[0]) and _agree(sim[1], closed[1])
+
+
+def metrics(result: dict) -> dict[str, float]:
+    """Flat numbers of a break-even result (infinite boundaries left out)."""
+    out = {"breakeven_tokens": result["breakeven_tokens"], "clear_win_tokens": result["clear_win_tokens"],
+           "closed_form.breakeven_tokens": result["closed_form"]["breakeven_tokens"],
+           "closed_form_agrees": float(result["closed_form_agrees"])}
+    for m in (result["a"], result["b"]):
+        out[f"load_s.{m}"] = result["load_s"][m]
+        for src, regions in (("", result["clear_win"]), ("closed_form.", result["closed_form"]["clear_win"])):
+            r = regions[m]
+            if r is not None:
+                out[f"{src}clear_win.{m}.from_tokens"] = r[0]
+                out[f"{src}clear_win.{m}.below_tokens"] = r[1]
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(float(v))}

@@ -21,8 +21,8 @@ def calibration_yaml(result: FitResult, scenario: str, tables: list[str], out_fi
     for t in tables:
         prov, _ = read_measured(t)
         header += [f"#   {t}: {line}" for line in prov[:1]]
-    header.append("# Per-machine disk and loader costs are exactly determined by each machine's cold and hot rates;")
-    header.append("# pcie.efficiency is shared by all PCIe machines and over-determined by their link rates.")
+    header.append("# Parameters under exactly_determined have as many observations as unknowns (no error estimate);")
+    header.append("# pcie.efficiency is shared by all PCIe machines: over-determined by two or more measured links.")
     body = {
         "kind": "loading",
         "sources": rel,
@@ -30,6 +30,7 @@ def calibration_yaml(result: FitResult, scenario: str, tables: list[str], out_fi
         "units": {p: ("fraction" if p == "pcie.efficiency" else "GB/s" if p.endswith("gbps") else "s/GB")
                   for p in result.parameters},
         "standard_errors": result.standard_errors,
+        "exactly_determined": result.exactly_determined,
         "degrees_of_freedom": result.dof,
         "residuals": [{k: v for k, v in r.items() if k != "source"} for r in result.residuals],
     }

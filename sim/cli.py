@@ -27,6 +27,8 @@ def user_errors(fn):
             _fail(str(exc), 2)
         except SimulationError as exc:
             _fail(str(exc), 1)
+        except OSError as exc:  # writing --out or a calibration file
+            _fail(f"{exc.filename or ''}: cannot write: {exc.strerror or exc}", 2)
 
     return wrapper
 
@@ -37,7 +39,8 @@ def common_options(fn):
     fn = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout, nothing else.")(fn)
     fn = click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
                       help="Write summary.json and tidy CSV tables into this folder.")(fn)
-    fn = click.option("--seed", type=int, default=None, help="Random seed (default: the scenario's).")(fn)
+    fn = click.option("--seed", type=click.IntRange(min=0), default=None,
+                      help="Random seed, a non-negative integer (default: the scenario's).")(fn)
     return fn
 
 
@@ -83,6 +86,7 @@ def breakeven(scenario: str, model: str, machine_a: str, machine_b: str, seed: i
               as_json: bool, overrides: tuple[str, ...]) -> None:
     """Token count where MACHINE_A and MACHINE_B break even for MODEL, by bisection over simulated jobs."""
     from .breakeven import breakeven as find
+    from .breakeven import metrics
     from .output import dumps, write_outputs
     from .report import breakeven_text
     from .scenario import load_scenario
@@ -90,8 +94,10 @@ def breakeven(scenario: str, model: str, machine_a: str, machine_b: str, seed: i
     scn, _ = load_scenario(scenario, overrides)
     seed = scn.seed if seed is None else seed
     result = find(scn, model, machine_a, machine_b, seed)
+    evaluations = result.pop("table")
+    result = {**result, "scenario_file": scenario, "metrics": metrics(result)}
     if out_dir:
-        write_outputs(out_dir, result, {})
+        write_outputs(out_dir, result, {"evaluations": evaluations})
     click.echo(dumps(result) if as_json else breakeven_text(result), nl=False)
 
 
@@ -124,7 +130,8 @@ def fit_loading(scenario: str, tables: tuple[str, ...], out_file: str | None, as
         atomic_write_text(out_file, text)
     if as_json:
         click.echo(dumps({"parameters": result.parameters, "standard_errors": result.standard_errors,
-                          "residuals": result.residuals, "dof": result.dof}), nl=False)
+                          "exactly_determined": result.exactly_determined, "residuals": result.residuals,
+                          "dof": result.dof}), nl=False)
     else:
         click.echo(text, nl=False)
 

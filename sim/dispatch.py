@@ -21,6 +21,7 @@ class Estimate:
     decode_s: float = 0.0
     decode_tok_s: float = 0.0
     why_not: str = ""  # reason when not eligible
+    spilled_gib: float = 0.0  # weights that will not fit and stay in host RAM
 
     @property
     def total_s(self) -> float:
@@ -68,40 +69,49 @@ def decide(estimates: list[Estimate], tie_threshold: float, tie_break: TieBreak)
     if len(tied) == 1:
         runner = ok[1]
         gap = relative_gap(best.total_s, runner.total_s)
+        what = "clear win" if tie_threshold > 0 else "smallest estimate (no tie rule)"
         return Decision(best.machine, False, (best.machine,),
-                        f"clear win: {best.machine} {best.total_s:.1f} s vs {runner.machine} {runner.total_s:.1f} s "
+                        f"{what}: {best.machine} {best.total_s:.1f} s vs {runner.machine} {runner.total_s:.1f} s "
                         f"({gap:.1%} apart, tie threshold {tie_threshold:.0%})")
     pick = min(tied, key=lambda e: _tie_key(e, tie_break))
     others = ", ".join(f"{e.machine} {e.total_s:.1f} s" for e in tied)
     gap = relative_gap(tied[-1].total_s, best.total_s)
     broke = f"tie-break '{tie_break.rule}'"
     if tie_break.rule == "prefer":
-        broke += f" (order {list(tie_break.order)})"
+        broke += f" (order {list(tie_break.order)}"
+        broke += ")" if pick.machine in tie_break.order else "; none of the tied machines is listed: smallest estimate)"
     return Decision(pick.machine, True, tuple(e.machine for e in tied),
                     f"tie within {tie_threshold:.0%}: {others} ({gap:.1%} apart); {broke} picked {pick.machine}")
 
 
-def breakeven_closed_form(load_fast_decoder_s: float, rate_fast: float,
-                          load_slow_decoder_s: float, rate_slow: float, tie_threshold: float) -> dict[str, float]:
-    """Token counts where a fast decoder (rate_fast > rate_slow) catches up with a fast loader.
+Region = tuple[float, float]  # [lo, hi) in tokens; hi may be inf
 
-    - ``breakeven_tokens``: L_f + N/r_f = L_s + N/r_s.
-    - ``clear_win_tokens``: the fast decoder wins clearly, L_s + N/r_s = (1 + theta)(L_f + N/r_f).
-    - ``fast_loader_clear_below_tokens``: the fast loader wins clearly below this,
-      L_f + N/r_f = (1 + theta)(L_s + N/r_s).
-    Infinite where the line never crosses.
+
+def linear_region(c0: float, c1: float) -> Region | None:
+    """Tokens n >= 0 where c0 + c1 * n >= 0: an interval [lo, hi), or None when there are none."""
+    if c1 == 0:
+        return (0.0, math.inf) if c0 >= 0 else None
+    root = -c0 / c1
+    if c1 > 0:
+        return (max(0.0, root), math.inf)
+    return (0.0, root) if root > 0 else None
+
+
+def breakeven_closed_form(load_a_s: float, rate_a: float, load_b_s: float, rate_b: float,
+                          tie_threshold: float) -> dict:
+    """Closed forms for completion T_x(n) = L_x + n / r_x of one job of n tokens on machines a and b.
+
+    - ``breakeven_tokens``: T_a(n) = T_b(n), or None when the lines do not cross for n >= 0;
+    - ``clear_win``: per machine, the token interval where it wins clearly under the tie rule,
+      T_other >= (1 + theta) T_self, or None.
     """
     th = tie_threshold
-    inv_f, inv_s = 1.0 / rate_fast, 1.0 / rate_slow
-
-    def cross(num: float, den: float) -> float:
-        if den <= 0:
-            return math.inf if num > 0 else 0.0
-        return max(0.0, num / den)
-
+    slope = 1.0 / rate_a - 1.0 / rate_b
+    root = (load_b_s - load_a_s) / slope if slope != 0 else math.nan
     return {
-        "breakeven_tokens": cross(load_fast_decoder_s - load_slow_decoder_s, inv_s - inv_f),
-        "clear_win_tokens": cross((1 + th) * load_fast_decoder_s - load_slow_decoder_s, inv_s - (1 + th) * inv_f),
-        "fast_loader_clear_below_tokens": cross(load_fast_decoder_s - (1 + th) * load_slow_decoder_s,
-                                                (1 + th) * inv_s - inv_f),
+        "breakeven_tokens": root if slope != 0 and root >= 0 else None,
+        "clear_win": {
+            "a": linear_region(load_b_s - (1 + th) * load_a_s, 1.0 / rate_b - (1 + th) / rate_a),
+            "b": linear_region(load_a_s - (1 + th) * load_b_s, 1.0 / rate_a - (1 + th) / rate_b),
+        },
     }

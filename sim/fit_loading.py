@@ -38,6 +38,10 @@ def read_observations(paths: list[str], scn: Scenario) -> list[Observation]:
     obs: list[Observation] = []
     for path in paths:
         _, rows = read_measured(path)
+        missing = [c for c in ("machine", "cold_gbps", "hot_gbps") if rows and c not in rows[0]]
+        if missing or not rows:
+            raise ScenarioError(path, "", f"expected columns machine, cold_gbps, hot_gbps (and optionally link_gbps, "
+                                f"file_gb) with at least one row; missing {missing or 'rows'}")
         for i, row in enumerate(rows, start=1):
             name = (row.get("machine") or "").strip()
             if name not in scn.machines:
@@ -69,7 +73,8 @@ def _predict_s(scn: Scenario, ob: Observation) -> float:
 @dataclass
 class FitResult:
     parameters: dict[str, float]
-    standard_errors: dict[str, float]
+    standard_errors: dict[str, float]  # only for parameters the data over-determine
+    exactly_determined: list[str]  # parameters with as many observations as unknowns: no error estimate
     residuals: list[dict]
     dof: int
 
@@ -113,12 +118,22 @@ def fit(raw: dict, source: str, table_paths: list[str]) -> FitResult:
     sol = least_squares(resid, np.array(x0), loss="soft_l1", f_scale=0.05, x_scale=1.0, xtol=1e-12, ftol=1e-12)
     values = to_values(sol.x)
     dof = len(obs) - len(paths)
+    # Degrees of freedom per group of parameters: the link efficiency is pinned by the link observations only;
+    # each machine's disk and loader costs by its cold and hot observations only.
+    n_link = sum(o.quantity == "link_gbps" for o in obs)
+    exact = [] if n_link > 1 or "pcie.efficiency" not in paths else ["pcie.efficiency"]
+    for n in names:
+        if sum(o.machine == n and o.quantity != "link_gbps" for o in obs) <= 2:
+            disk = f"disks.{base.machines[n].disk}.read_gbps"
+            exact += [p for p in paths if p.startswith(f"machines.{n}.") or p == disk]
     ses: dict[str, float] = {}
     if dof > 0:
         sigma2 = float(np.sum(sol.fun**2)) / dof
         try:
             cov = np.linalg.inv(sol.jac.T @ sol.jac) * sigma2
             for k, p in enumerate(paths):
+                if p in exact:
+                    continue
                 d = values[p] * (1 - values[p]) if p == "pcie.efficiency" else values[p]  # d value / d x
                 ses[p] = float(math.sqrt(max(cov[k, k], 0.0)) * abs(d))
         except np.linalg.LinAlgError:
@@ -131,7 +146,7 @@ def fit(raw: dict, source: str, table_paths: list[str]) -> FitResult:
                           "fitted_gbps": round(sim_gbps, 6), "rel_error": round(sim_gbps / o.measured_gbps - 1, 6),
                           "source": o.source})
     return FitResult({p: round(v, 6) for p, v in values.items()}, {p: round(v, 6) for p, v in ses.items()},
-                     residuals, dof)
+                     exact, residuals, dof)
 
 
 def _with_start_values(raw: dict, source: str) -> dict:

@@ -1,26 +1,29 @@
 """A small lab of machines as a simpy simulation: FIFO job queues, VRAM residency, loads and decode.
 
-Each machine serves one job at a time from a FIFO queue. A job that needs a model that is not resident loads it
-through the machine's shared load pipeline (page cache, disk, links), evicting least-recently-used resident models
-when VRAM is short; then it decodes at the machine's table rate. The dispatcher estimates every machine at the
-job's arrival, from the same loading mechanism, and the job then really runs, so predicted and simulated
-completion can be compared.
+Each machine serves one job at a time from a FIFO queue. A job whose model is not resident loads it through the
+machine's load pipeline (page cache, disk, links; machines naming the same disk share it), unloading
+least-recently-used models when memory is short; then it decodes at the machine's table rate (slowed when weights
+spilled to host RAM). At arrival the dispatcher estimates every machine from a projection of that machine's state
+after the jobs already queued there (residency, page cache, free time), using the same loading mechanism, and the
+job then really runs, so predicted and simulated completion can be compared.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
 from . import loading
+from .decode import decode_tok_s
 from .dispatch import Decision, Estimate, decide
+from .errors import SimulationError
 from .hardware import MemoryTarget, memory_targets, model_bytes, stage_costs
 from .loadsim import LoadResult, Rig, load
 from .pagecache import PageCache
+from .residency import Residency
 from .scenario import Job, Machine, Scenario
 from .units import GIB, MIB
 
@@ -52,26 +55,24 @@ class JobRecord:
 
 
 @dataclass
-class MachineState:
-    """One machine inside a simulation: its load rig, queue, resident models and the dispatcher's projections."""
+class Projection:
+    """The dispatcher's view of a machine once the jobs already sent to it have run."""
 
+    free_at_s: float
+    residency: Residency
+    page_cache: PageCache
+
+
+@dataclass
+class MachineState:
     name: str
     spec: Machine
     targets: list[MemoryTarget]
     rig: Rig
     queue: simpy.Resource
-    resident: OrderedDict[str, list[float]] = field(default_factory=OrderedDict)  # model -> bytes per target, LRU first
-    projected_free_s: float = 0.0
-    projected_models: set[str] = field(default_factory=set)
-
-    def free_bytes(self) -> list[float]:
-        used = np.zeros(len(self.targets))
-        for placed in self.resident.values():
-            used += placed
-        return [t.capacity_bytes - u for t, u in zip(self.targets, used, strict=True)]
-
-    def capacity_bytes(self) -> float:
-        return sum(t.capacity_bytes for t in self.targets)
+    residency: Residency
+    projection: Projection
+    stream_gbps: float  # where spilled weights come from, per token (GB/s)
 
 
 class Lab:
@@ -81,16 +82,24 @@ class Lab:
         self.scn = scn
         self.rng = rng
         self.env = env or simpy.Environment()
+        disks = {name: simpy.Resource(self.env, 1) for name in scn.disks}
         self.machines: dict[str, MachineState] = {}
         for name, spec in scn.machines.items():
             targets = memory_targets(scn, spec)
             cache = PageCache(spec.page_cache_gib * GIB)
-            rig = Rig.build(self.env, stage_costs(scn, spec), cache, [t.name for t in targets if t.link_gbps])
-            ms = MachineState(name, spec, targets, rig, simpy.Resource(self.env, 1), projected_free_s=spec.busy_until_s)
+            costs = stage_costs(scn, spec)
+            rig = Rig.build(self.env, costs, cache, [t.name for t in targets if t.link_gbps], disks[spec.disk])
+            links = [t.link_gbps for t in targets if t.link_gbps]
+            ms = MachineState(name, spec, targets, rig, simpy.Resource(self.env, 1), Residency(targets),
+                              Projection(spec.busy_until_s, Residency(targets), cache),
+                              min(links) if links else costs.disk_gbps)
             for model in spec.page_cache_models:
                 cache.warm(model, self.plan(ms, model).sizes)
-            for model in spec.resident_models:
-                self._make_resident(ms, model)
+            for i, model in enumerate(spec.resident_models):
+                if not self.fits(ms, model) and spec.on_overflow == "error":
+                    raise SimulationError(f"machines.{name}.resident_models.{i}: {self._no_fit(ms, model)}")
+                self._make_resident(ms.residency, ms, model, unload=True)
+            ms.projection = Projection(spec.busy_until_s, ms.residency.copy(), cache.copy())
             if spec.busy_until_s > 0:
                 self.env.process(self._busy(ms, spec.busy_until_s))
             self.machines[name] = ms
@@ -103,49 +112,51 @@ class Lab:
         free = free if free is not None else [t.capacity_bytes for t in ms.targets]
         return loading.plan_chunks(model, model_bytes(self.scn, model), spec.tensors, chunk, ms.targets, free)
 
-    def _free_after_eviction(self, ms: MachineState, need: float, commit: bool) -> list[float]:
-        """Free bytes per target after unloading LRU resident models until ``need`` bytes fit (or none are left)."""
-        evictable = list(ms.resident)
-        free = ms.free_bytes()
-        while sum(free) < need and evictable:
-            victim = evictable.pop(0)
-            free = [f + b for f, b in zip(free, ms.resident[victim], strict=True)]
-            if commit:
-                del ms.resident[victim]
-        return free
-
-    def _make_resident(self, ms: MachineState, model: str) -> loading.ChunkPlan:
-        free = self._free_after_eviction(ms, model_bytes(self.scn, model), commit=True)
-        plan = self.plan(ms, model, free)
-        ms.resident[model] = list(plan.placed_bytes)
+    def _make_resident(self, residency: Residency, ms: MachineState, model: str, unload: bool) -> loading.ChunkPlan:
+        plan = self.plan(ms, model, residency.free_for(model_bytes(self.scn, model), unload=unload))
+        if unload:
+            residency.add(model, plan)
         return plan
 
     def fits(self, ms: MachineState, model: str) -> bool:
-        return model_bytes(self.scn, model) <= ms.capacity_bytes() * (1 + 1e-12)
+        return model_bytes(self.scn, model) <= ms.residency.capacity_bytes() * (1 + 1e-12)
+
+    def _no_fit(self, ms: MachineState, model: str) -> str:
+        return (f"{model} needs {model_bytes(self.scn, model) / GIB:.1f} GiB, "
+                f"{ms.residency.capacity_bytes() / GIB:.1f} GiB usable (on_overflow: error)")
+
+    def _predict(self, ms: MachineState, model: str, commit: bool) -> tuple[float, float]:
+        """(load seconds, spilled bytes) the mechanism predicts on the projected state; ``commit`` applies the job."""
+        proj = ms.projection
+        if model in proj.residency:
+            if commit:
+                proj.residency.touch(model)
+            return 0.0, proj.residency.spilled_bytes(model)
+        residency = proj.residency if commit else proj.residency.copy()
+        cache = proj.page_cache if commit else proj.page_cache.copy()
+        plan = self._make_resident(residency, ms, model, unload=True)
+        cached = np.array([cache.read((plan.file, i), float(size)) for i, size in enumerate(plan.sizes)], dtype=bool)
+        times = loading.stage_times(plan, ms.rig.costs, cached)
+        return loading.load_time(times, self.scn.loading.composition, self.scn.loading.buffer_chunks), \
+            plan.spilled_bytes
 
     def predict_load_s(self, ms: MachineState, model: str) -> float:
-        """Load time the loading mechanism predicts now (0 when resident or projected resident by queued jobs)."""
-        if model in ms.resident or model in ms.projected_models:
-            return 0.0
-        free = self._free_after_eviction(ms, model_bytes(self.scn, model), commit=False)
-        plan = self.plan(ms, model, free)
-        cached = np.array([ms.rig.page_cache.contains((plan.file, i)) for i in range(plan.n)], dtype=bool)
-        times = loading.stage_times(plan, ms.rig.costs, cached)
-        return loading.load_time(times, self.scn.loading.composition)
+        """Load time the loading mechanism predicts for the next job on ``ms`` (0 when it will be resident)."""
+        return self._predict(ms, model, commit=False)[0]
 
     def estimate(self, ms: MachineState, job: Job) -> Estimate:
         rate = ms.spec.decode_tok_s.get(job.model)
         if rate is None:
             return Estimate(ms.name, False, why_not=f"no decode rate for {job.model}")
         if not self.fits(ms, job.model) and ms.spec.on_overflow == "error":
-            need = model_bytes(self.scn, job.model) / GIB
-            return Estimate(ms.name, False, why_not=f"{job.model} needs {need:.1f} GiB, "
-                            f"{ms.capacity_bytes() / GIB:.1f} GiB usable (on_overflow: error)")
-        wait = max(0.0, ms.projected_free_s - self.env.now)
-        return Estimate(ms.name, True, wait, self.predict_load_s(ms, job.model), job.tokens / rate, rate)
+            return Estimate(ms.name, False, why_not=self._no_fit(ms, job.model))
+        load_s, spilled = self._predict(ms, job.model, commit=False)
+        rate = decode_tok_s(rate, spilled, ms.stream_gbps)
+        wait = max(0.0, ms.projection.free_at_s - self.env.now)
+        return Estimate(ms.name, True, wait, load_s, job.tokens / rate, rate, spilled_gib=spilled / GIB)
 
     def _decode_rate(self, ms: MachineState, model: str) -> float:
-        base = ms.spec.decode_tok_s[model]
+        base = decode_tok_s(ms.spec.decode_tok_s[model], ms.residency.spilled_bytes(model), ms.stream_gbps)
         cv = ms.spec.decode_jitter_cv
         if cv <= 0:
             return base
@@ -160,7 +171,7 @@ class Lab:
 
     def run_load(self, ms: MachineState, model: str):
         """simpy process: make ``model`` resident on ``ms`` through the load pipeline."""
-        plan = self._make_resident(ms, model)
+        plan = self._make_resident(ms.residency, ms, model, unload=True)
         result = yield self.env.process(load(ms.rig, plan, model, self.scn.loading.composition,
                                              self.scn.loading.buffer_chunks))
         return result
@@ -183,26 +194,22 @@ class Lab:
         ms = self.machines[decision.chosen]
         est = next(e for e in estimates if e.machine == ms.name)
         rec.predicted_completion_s = env.now + est.total_s
-        ms.projected_free_s = max(env.now, ms.projected_free_s) + est.load_s + est.decode_s
-        ms.projected_models.add(job.model)
+        self._predict(ms, job.model, commit=True)
+        ms.projection.free_at_s = max(env.now, ms.projection.free_at_s) + est.load_s + est.decode_s
         with ms.queue.request() as req:
             yield req
             rec.start_s = env.now
-            if job.model in ms.resident:
-                ms.resident.move_to_end(job.model)
+            if job.model in ms.residency:
+                ms.residency.touch(job.model)
             else:
                 result = yield env.process(self.run_load(ms, job.model))
                 rec.load = result
                 rec.load_s = result.wall_s
-                rec.spilled_gib = result.spilled_bytes / GIB
-            rate = self._decode_rate(ms, job.model)
-            rec.decode_tok_s = rate
-            rec.decode_s = job.tokens / rate
+            rec.spilled_gib = ms.residency.spilled_bytes(job.model) / GIB
+            rec.decode_tok_s = self._decode_rate(ms, job.model)
+            rec.decode_s = job.tokens / rec.decode_tok_s
             yield env.timeout(rec.decode_s)
             rec.completed_s = env.now
-        if not any(r.model == job.model and math.isnan(r.completed_s) and r.machine == ms.name
-                   for r in self.records):
-            ms.projected_models.discard(job.model)
         return rec
 
 
@@ -226,7 +233,10 @@ def run_jobs(scn: Scenario, rng: np.random.Generator) -> list[JobRecord]:
         out = []
         for job_id in order:
             job = scn.jobs[job_id]
-            lab = Lab(_initial_for_job(scn, job), rng)
+            try:
+                lab = Lab(_initial_for_job(scn, job), rng)
+            except SimulationError as exc:
+                raise SimulationError(f"jobs.{job_id}.resident_on: {exc}") from None
             proc = lab.env.process(lab.job(job_id, job))
             lab.env.run()
             out.append(proc.value)
@@ -237,15 +247,12 @@ def run_jobs(scn: Scenario, rng: np.random.Generator) -> list[JobRecord]:
     return [p.value for p in procs]
 
 
-def single_job_completion_s(scn: Scenario, machine: str, model: str, tokens: int, seed: int) -> float:
-    """Simulated completion time of one job pinned to ``machine``, from the scenario's initial state.
-
-    A fresh generator from ``seed`` for every call (common random numbers), so that completion is monotone in tokens.
-    """
-    lab = Lab(scn, np.random.default_rng(seed))
+def single_job_completion_s(scn: Scenario, machine: str, model: str, tokens: int, rng: np.random.Generator) -> float:
+    """Simulated completion time of one job pinned to ``machine``, from the scenario's initial state."""
+    lab = Lab(scn, rng)
     proc = lab.env.process(lab.job("probe", Job(model=model, tokens=tokens), force_machine=machine))
     lab.env.run()
     rec: JobRecord = proc.value
     if rec.machine is None:
-        raise ValueError(f"{machine} cannot run {model}: {rec.decision.reason}")
+        raise SimulationError(f"{machine} cannot run {model}: {rec.decision.reason}")
     return rec.completed_s

@@ -59,14 +59,18 @@ def split_bytes(total: float, free: Sequence[float]) -> tuple[list[float], float
 
 def plan_chunks(file: str, total_bytes: float, tensors: int, chunk_bytes: float,
                 targets: Sequence[MemoryTarget], free_bytes: Sequence[float]) -> ChunkPlan:
-    n_full, rest = divmod(total_bytes, chunk_bytes)
-    sizes = np.full(int(n_full), float(chunk_bytes))
-    if rest > 1e-6 * chunk_bytes:
-        sizes = np.append(sizes, rest)
+    """Cut ``total_bytes`` into chunks of ``chunk_bytes``, also cut where one target's share ends, so that every
+    chunk lands on exactly one target (or in host RAM when spilled)."""
     placed, spilled = split_bytes(total_bytes, free_bytes)
-    starts = np.concatenate(([0.0], np.cumsum(sizes)[:-1]))
-    bounds = np.cumsum(placed)
-    target = np.searchsorted(bounds, starts, side="right")
+    grid = np.arange(0.0, total_bytes, chunk_bytes)[1:]
+    cuts = np.cumsum(placed)[:-1] if spilled <= 0 else np.cumsum(placed)
+    edges = np.unique(np.concatenate(([0.0], grid, cuts[(cuts > 0) & (cuts < total_bytes)], [total_bytes])))
+    sizes = np.diff(edges)
+    keep = sizes > 1e-6 * chunk_bytes  # drop slivers left by rounding
+    sizes, starts = sizes[keep], edges[:-1][keep]
+    sizes[-1] += total_bytes - sizes.sum()
+    middles = starts + sizes / 2
+    target = np.searchsorted(np.cumsum(placed), middles, side="right")
     target = np.where(target >= len(placed), -1, target)
     tens = sizes / total_bytes * tensors if total_bytes > 0 else np.zeros_like(sizes)
     return ChunkPlan(file, sizes, tens, target.astype(int), tuple(targets), tuple(placed), spilled)
@@ -103,17 +107,42 @@ def serial_time(t: StageTimes) -> float:
     return float(t.disk.sum() + t.loader.sum() + t.link.sum())
 
 
-def pipelined_time(t: StageTimes) -> float:
-    """Flow-shop makespan with unbounded buffers, vectorised.
+def pipelined_time(t: StageTimes, buffer_chunks: int | None = None) -> float:
+    """Makespan of the three-stage pipeline.
 
-    C_s[i] = max(C_s[i-1], C_{s-1}[i]) + t_s[i]  unrolls to  C_s = S_s + cummax(C_{s-1} - S_s + t_s), S_s = cumsum(t_s).
+    Unbounded buffers (``buffer_chunks=None``), vectorised: C_s[i] = max(C_s[i-1], C_{s-1}[i]) + t_s[i] unrolls to
+    C_s = S_s + cummax(C_{s-1} - S_s + t_s) with S_s = cumsum(t_s).
+
+    Bounded buffers of ``b`` chunks between stages (blocking after service, as the simulation's stores do): chunk i
+    starts stage s at max(its hand-over from stage s-1, the hand-over of chunk i-1 from stage s), and is handed
+    over from stage s once served and once chunk i-b has started stage s+1 (room in the buffer).
     """
-    prev = np.cumsum(t.disk)
-    for ts in (t.loader, t.link):
-        s = np.cumsum(ts)
-        prev = s + np.maximum.accumulate(prev - s + ts)
-    return float(prev[-1]) if prev.size else 0.0
+    m = t.as_matrix()
+    n = m.shape[1]
+    if n == 0:
+        return 0.0
+    if buffer_chunks is None:
+        prev = np.cumsum(m[0])
+        for ts in m[1:]:
+            s = np.cumsum(ts)
+            prev = s + np.maximum.accumulate(prev - s + ts)
+        return float(prev[-1])
+    b = buffer_chunks
+    k = m.shape[0]
+    start = np.zeros((k, n))
+    out = np.zeros((k, n))  # hand-over time from each stage
+    rows = m.tolist()
+    for i in range(n):
+        for s in range(k):
+            ready = out[s - 1, i] if s else 0.0
+            free = out[s, i - 1] if i else 0.0
+            start[s, i] = max(ready, free)
+            done = start[s, i] + rows[s][i]
+            out[s, i] = done if s == k - 1 or i < b else max(done, start[s + 1, i - b])
+        # stage s+1 of chunk i-b started before chunk i finished stage s, so the order of the loops is safe
+    return float(out[-1, -1])
 
 
-def load_time(t: StageTimes, composition: str) -> float:
-    return serial_time(t) if composition == "serial" else pipelined_time(t)
+def load_time(t: StageTimes, composition: str, buffer_chunks: int | None = None) -> float:
+    """Seconds to load with the given composition (``buffer_chunks`` bounds the pipelined buffers)."""
+    return serial_time(t) if composition == "serial" else pipelined_time(t, buffer_chunks)

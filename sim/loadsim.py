@@ -28,8 +28,10 @@ class Rig:
 
     @classmethod
     def build(cls, env: simpy.Environment, costs: StageCosts, page_cache: PageCache,
-              link_names: list[str]) -> Rig:
-        return cls(env, costs, page_cache, simpy.Resource(env, 1), {n: simpy.Resource(env, 1) for n in link_names})
+              link_names: list[str], disk: simpy.Resource | None = None) -> Rig:
+        """A rig with its own links; the disk is its own unless a shared one (same disk key) is given."""
+        links = {n: simpy.Resource(env, 1) for n in link_names}
+        return cls(env, costs, page_cache, disk or simpy.Resource(env, 1), links)
 
 
 @dataclass
@@ -46,6 +48,7 @@ class LoadResult:
     wait_s: float = 0.0
     bytes_from_disk: float = 0.0
     bytes_from_cache: float = 0.0
+    bytes_over_link: float = 0.0
     spilled_bytes: float = 0.0
     chunk_done_s: list[float] = field(default_factory=list)
 
@@ -55,7 +58,13 @@ class LoadResult:
 
     @property
     def gbps(self) -> float:
+        """Bytes of the model per second of wall time (GB/s)."""
         return self.bytes / GB / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @property
+    def link_gbps(self) -> float:
+        """Bytes that crossed a link per second of wall time (GB/s); spilled bytes never cross."""
+        return self.bytes_over_link / GB / self.wall_s if self.wall_s > 0 else float("inf")
 
 
 def _disk_step(rig: Rig, plan: ChunkPlan, i: int, res: LoadResult):
@@ -94,6 +103,7 @@ def _link_step(rig: Rig, plan: ChunkPlan, rates: np.ndarray, i: int, res: LoadRe
         res.wait_s += rig.env.now - asked
         yield rig.env.timeout(t)
     res.link_s += t
+    res.bytes_over_link += float(plan.sizes[i])
 
 
 def load(rig: Rig, plan: ChunkPlan, model: str, composition: str, buffer_chunks: int):

@@ -29,6 +29,12 @@ def dumps(obj: Any) -> str:
     return json.dumps(clean(obj), indent=2, allow_nan=False) + "\n"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, flush it to disk, then rename over ``path``."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -39,6 +45,7 @@ def atomic_write_text(path: str, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -53,6 +53,13 @@ class PageCache:
             seen[f] = None
         return list(seen)
 
+    def copy(self) -> PageCache:
+        """An independent copy (for predicting what a sequence of reads will hit)."""
+        other = PageCache(self.capacity_bytes)
+        other._chunks = self._chunks.copy()
+        other.used_bytes = self.used_bytes
+        return other
+
     def drop(self) -> None:
         """``echo 3 > /proc/sys/vm/drop_caches``."""
         self._chunks.clear()

@@ -92,8 +92,9 @@ def probe_metrics(rep: ProbeReport) -> dict[str, float]:
         out[f"{p}{phase}.disk_s"] = r.disk_s
         out[f"{p}{phase}.loader_s"] = r.loader_s
         out[f"{p}{phase}.link_s"] = r.link_s
+    out[p + "fits"] = float(rep.fits)
     if rep.link is not None:
-        out[p + "link_gbps"] = rep.link.gbps
+        out[p + "link_gbps"] = rep.link.link_gbps
         out[p + "link_s"] = rep.link.wall_s
     return out
 

@@ -26,13 +26,15 @@ def run_text(res: RunResult) -> str:
             if m.kind == "unified":
                 link = "unified memory"
             else:
-                infos = [link_info(scn, m, g) for g in m.gpus]
-                li = infos[0]
-                link = f"{len(infos)}x Gen{li.gen} x{li.lanes} {li.gbps:.2f}" if len(infos) > 1 else \
-                    f"Gen{li.gen} x{li.lanes} {li.gbps:.2f}"
+                groups: dict[str, int] = {}
+                for g in m.gpus:
+                    li = link_info(scn, m, g)
+                    key = f"Gen{li.gen} x{li.lanes} {li.gbps:.2f}"
+                    groups[key] = groups.get(key, 0) + 1
+                link = " + ".join(f"{n}x {k}" if n > 1 else k for k, n in groups.items())
             c = p.cold
             out.append(f"  {p.machine:<14}{link:<22}{p.cold.gbps:>7.2f}{p.hot.gbps:>7.2f}"
-                       f"{_num(p.link.gbps if p.link else None):>7}     "
+                       f"{_num(p.link.link_gbps if p.link else None):>7}     "
                        f"{p.disk_s_per_gb:>8.3f}{p.other_s_per_gb:>7.3f}"
                        f"      {c.wall_s:>6.2f} = {c.disk_s:.2f} + {c.loader_s:.2f} + {c.link_s:.2f}")
             if not p.fits:
@@ -62,26 +64,39 @@ def run_text(res: RunResult) -> str:
     return "\n".join(out) + "\n"
 
 
-def _tok(x: float) -> str:
-    return "never" if not math.isfinite(x) else f"{x:,.0f}"
+def _tok(x: float | None) -> str:
+    return "never" if x is None or not math.isfinite(x) else f"{x:,.0f}"
+
+
+def _region(r: list[float] | None) -> str:
+    if r is None:
+        return "never"
+    lo, hi = r
+    if math.isinf(hi):
+        return "always" if lo == 0 else f"from {lo:,.0f}"
+    return f"below {hi:,.0f}" if lo == 0 else f"{lo:,.0f} to {hi:,.0f}"
 
 
 def breakeven_text(r: dict) -> str:
-    cf = r["closed_form"]
-    fast, other = r["faster_decoder"], (r["b"] if r["faster_decoder"] == r["a"] else r["a"])
-    lines = [
-        f"break-even of {r['model']}: {r['a']} vs {r['b']} (seed {r['seed']}, {r['evaluations']} simulated jobs)",
-        f"  {fast}: decodes {r['decode_tok_s'][fast]:g} tok/s, loads in {r['load_s'][fast]:.2f} s",
-        f"  {other}: decodes {r['decode_tok_s'][other]:g} tok/s, loads in {r['load_s'][other]:.2f} s",
-        "",
-        f"  {'':<44}{'simulated':>12}{'closed form':>14}",
-    ]
-    rows = [("break-even (load counted, no tie rule)", "breakeven_tokens"),
-            (f"{fast} wins clearly from (tie rule {r['tie_threshold']:.0%})", "clear_win_tokens"),
-            (f"{other} wins clearly below", "fast_loader_clear_below_tokens")]
-    for label, key in rows:
-        lines.append(f"  {label:<44}{_tok(r[key]):>12}{_tok(cf[key]):>14}")
+    a, b, cf = r["a"], r["b"], r["closed_form"]
+    lines = [f"break-even of {r['model']}: {a} vs {b} (seed {r['seed']}, {r['evaluations']} simulated jobs)"]
+    for m in (a, b):
+        lines.append(f"  {m}: decodes {r['decode_tok_s'][m]:g} tok/s, loads in {r['load_s'][m]:.2f} s")
+    lines += ["", f"  {'tokens':<46}{'simulated':>16}{'closed form':>18}",
+              f"  {'break-even (load counted, no tie rule)':<46}{_tok(r['breakeven_tokens']):>16}"
+              f"{_tok(cf['breakeven_tokens']):>18}"]
+    for m in (a, b):
+        lines.append(f"  {m + ' wins clearly (tie rule ' + format(r['tie_threshold'], '.0%') + ')':<46}"
+                     f"{_region(r['clear_win'][m]):>16}{_region(cf['clear_win'][m]):>18}")
     lines.append("")
-    lines.append(f"  Shorter jobs belong to {r['faster_loader']}, longer ones to {fast}; between the two clear-win"
-                 " counts the estimates tie and the tie-break decides.")
+    short = r["wins_short_jobs"]
+    other = b if short == a else a
+    if math.isfinite(r["breakeven_tokens"]):
+        lines.append(f"  Jobs shorter than {_tok(r['breakeven_tokens'])} tokens finish sooner on {short}, longer ones "
+                     f"on {other}; where neither wins clearly the estimates tie and the tie-break decides.")
+    else:
+        lines.append(f"  {short} finishes sooner at every job length: the two never break even.")
+    if not r["closed_form_agrees"]:
+        lines.append("  ! simulation and closed form disagree by more than one token: the simulation includes what the "
+                     "closed form leaves out (decode jitter, page-cache state)")
     return "\n".join(lines) + "\n"

@@ -89,7 +89,7 @@ def tables(res: RunResult) -> dict[str, list[dict]]:
     loads, stages, estimates, jobs = [], [], [], []
     for p in res.probes:
         row = {"machine": p.machine, "model": p.model, "gb": p.gb, "fits": p.fits,
-               "cold_gbps": p.cold.gbps, "hot_gbps": p.hot.gbps, "link_gbps": p.link.gbps if p.link else None,
+               "cold_gbps": p.cold.gbps, "hot_gbps": p.hot.gbps, "link_gbps": p.link.link_gbps if p.link else None,
                "disk_s_per_gb": p.disk_s_per_gb, "other_s_per_gb": p.other_s_per_gb}
         loads.append(row)
         for phase, r in (("cold", p.cold), ("hot", p.hot), ("link", p.link)):

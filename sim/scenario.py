@@ -9,10 +9,11 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
 
 from .errors import ScenarioError
 
@@ -21,7 +22,7 @@ Lanes = Literal[1, 2, 4, 8, 16]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, coerce_numbers_to_str=True)
 
 
 class Pcie(Strict):
@@ -38,12 +39,14 @@ class LoadingConfig(Strict):
         description="serial: per-byte stage costs add (real safetensors loaders); "
         "pipelined: stages overlap through bounded buffers (streaming loaders).",
     )
-    chunk_mib: float = Field(256.0, gt=0, description="Size of one chunk moved through the stages (MiB).")
+    chunk_mib: float = Field(256.0, ge=1, description="Size of one chunk moved through the stages (MiB); chunks are "
+                             "also cut where one GPU's share of the model ends.")
     buffer_chunks: int = Field(2, ge=1, description="Chunks each pipelined buffer holds between two stages.")
 
 
 class Disk(Strict):
-    read_gbps: float = Field(gt=0, description="Sequential read bandwidth (decimal GB/s).")
+    read_gbps: float | None = Field(
+        None, gt=0, description="Sequential read bandwidth (decimal GB/s). Required, here or from a calibration file.")
     latency_s: float = Field(0.0, ge=0, description="Fixed cost of one chunk read request (s).")
 
 
@@ -68,7 +71,8 @@ class Gpu(Strict):
 
 
 class Loader(Strict):
-    s_per_gb: float = Field(ge=0, description="Host-side loader cost per decimal GB (s/GB).")
+    s_per_gb: float | None = Field(
+        None, ge=0, description="Host-side loader cost per decimal GB (s/GB). Required, here or from a calibration.")
     s_per_tensor: float = Field(0.0, ge=0, description="Host-side loader cost per tensor (s).")
 
 
@@ -80,7 +84,7 @@ class Machine(Strict):
     loader: Loader
     gpus: dict[str, Gpu] = Field(default_factory=dict, description="GPUs of a discrete machine, by name.")
     unified_memory_gib: float | None = Field(None, gt=0, description="Unified memory usable for weights (GiB).")
-    decode_tok_s: dict[str, float] = Field(
+    decode_tok_s: dict[str, PositiveFloat] = Field(
         default_factory=dict, description="Measured decode rate per model key (tokens/s).")
     decode_jitter_cv: float = Field(
         0.0, ge=0, description="Coefficient of variation of a job's realised decode rate around the table value.")
@@ -142,7 +146,7 @@ class Scenario(Strict):
     description: str = ""
     calibrations: list[str] = Field(
         default_factory=list, description="Calibration files (relative to this file) filling parameters.")
-    seed: int = Field(0, description="Default seed; --seed overrides.")
+    seed: int = Field(0, ge=0, description="Default seed; --seed overrides.")
     pcie: Pcie = Pcie()
     loading: LoadingConfig = LoadingConfig()
     disks: dict[str, Disk]
@@ -162,10 +166,23 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
         if value not in pool:
             errs.append((path, value, _expected_one_of(value, list(pool), what)))
 
+    for dname, d in s.disks.items():
+        if d.read_gbps is None:
+            errs.append((f"disks.{dname}.read_gbps", None, _CALIBRATED))
     for mname, m in s.machines.items():
         need(f"machines.{mname}.disk", m.disk, s.disks, "a disk")
+        if m.loader.s_per_gb is None:
+            errs.append((f"machines.{mname}.loader.s_per_gb", None, _CALIBRATED))
         for gname, g in m.gpus.items():
             need(f"machines.{mname}.gpus.{gname}.type", g.type, s.gpus, "a GPU type")
+            card = s.gpus.get(g.type)
+            if card is None:
+                continue
+            for what, neg, card_max, slot in (("gen", g.negotiated_gen, card.pcie_max_gen, g.slot_gen),
+                                              ("lanes", g.negotiated_lanes, card.pcie_max_lanes, g.slot_lanes)):
+                if neg is not None and neg > min(card_max, slot):
+                    errs.append((f"machines.{mname}.gpus.{gname}.negotiated_{what}", neg,
+                                 f"a link cannot train above the card's maximum ({card_max}) or the slot's ({slot})"))
         for key in m.decode_tok_s:
             need(f"machines.{mname}.decode_tok_s.{key}", key, s.models, "a model")
         for i, key in enumerate(m.resident_models):
@@ -183,6 +200,9 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
     if s.report.load_model is not None:
         need("report.load_model", s.report.load_model, s.models, "a model")
     return errs
+
+
+_CALIBRATED = "missing: expected a value here or from a calibration file named under 'calibrations'"
 
 
 def _expected_one_of(value: str, names: list[str], what: str) -> str:
@@ -247,11 +267,25 @@ def _format_validation_error(source: str, exc: ValidationError) -> ScenarioError
     return ScenarioError(source, path, f"bad value {_short(err.get('input'))}: expected {msg[0].lower() + msg[1:]}")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that rejects a key repeated in one map (the last one would silently win)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one map", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str) -> Any:
     """Read a YAML file; any problem becomes a one-line ScenarioError."""
     try:
         with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
+            return yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except FileNotFoundError:
         raise ScenarioError(path, "", "file not found") from None
     except IsADirectoryError:
@@ -265,26 +299,36 @@ def read_yaml(path: str) -> Any:
         raise ScenarioError(path, "", f"cannot read: {exc}") from None
 
 
-def split_dotted(path: str) -> list[str]:
-    return [p for p in path.split(".")]
+def get_dotted(data: Any, path: str) -> tuple[bool, Any]:
+    """(found, value) at dotted ``path`` inside nested dicts/lists."""
+    node = data
+    for part in path.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False, None
+    return True, node
 
 
-def set_dotted(data: dict, path: str, value: Any, source: str) -> None:
+def set_dotted(data: dict, path: str, value: Any, source: str, create_entries: bool = True) -> str | None:
     """Set ``value`` at dotted ``path`` inside nested dicts/lists.
 
-    Intermediate keys must exist (a typo gets a did-you-mean); the last key may be new, and validation then
-    decides whether it is allowed.
+    Missing sections of the schema are created. A missing entry of a named map (``machines.NEW``) is created only
+    with ``create_entries``, else it is an error with a did-you-mean. Returns the path of a created entry, if any.
     """
-    parts = split_dotted(path)
+    parts = path.split(".")
     if not path or any(p == "" for p in parts):
         raise ScenarioError(source, path, "expected a dotted key path such as machines.NAME.disk")
     node: Any = data
     walked: list[str] = []
+    created: str | None = None
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         here = ".".join(walked) or "(top level)"
         if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node) + (1 if last else 0):
+            if not part.isdigit() or int(part) > len(node) or (int(part) == len(node) and not last):
                 raise ScenarioError(source, path, f"'{part}' is not an index of the list at {here} "
                                     f"(length {len(node)})")
             idx = int(part)
@@ -293,45 +337,51 @@ def set_dotted(data: dict, path: str, value: Any, source: str) -> None:
                     node.append(value)
                 else:
                     node[idx] = value
-                return
+                return created
             node = node[idx]
         elif isinstance(node, dict):
             if last:
                 node[part] = value
-                return
-            if part not in node or node[part] is None:
-                hint = difflib.get_close_matches(part, [str(k) for k in node], n=1)
-                # A new entry of a named map may be created, unless the name looks like a typo of an existing one.
-                if part in node or (_is_known_section(walked + [part]) and not hint):
+                return created
+            if node.get(part) is None:
+                kind = _schema_kind(walked + [part])
+                if part in node or kind == "section":
                     node[part] = {}
+                elif kind == "entry" and create_entries:
+                    node[part] = {}
+                    created = created or ".".join(walked + [part])
                 else:
+                    hint = difflib.get_close_matches(part, [str(k) for k in node], n=1)
                     extra = f" (did you mean '{hint[0]}'?)" if hint else ""
                     raise ScenarioError(source, path, f"no key '{part}' under {here}{extra}")
             node = node[part]
         else:
             raise ScenarioError(source, path, f"{here} holds {_short(node)}, not a map")
         walked.append(part)
+    return created
 
 
-def _is_known_section(parts: list[str]) -> bool:
-    """True when ``parts`` names a section of the schema or a new entry of a named map (so --set may create it)."""
+def _schema_kind(parts: list[str]) -> str | None:
+    """'section' when ``parts`` names a section of the schema, 'entry' for an entry of a named map, else None."""
     cls: Any = Scenario
     in_map = False
+    kind: str | None = None
     for part in parts:
-        if in_map:  # any name is a valid key of a named map; its value type comes next
-            in_map = False
+        if in_map:  # any name is a key of a named map; its value type comes next
+            in_map, kind = False, "entry"
             continue
         fields = getattr(cls, "model_fields", None)
         if fields is None or part not in fields:
-            return False
+            return None
         ann = fields[part].annotation
         in_map = getattr(ann, "__origin__", None) is dict
         cls = _inner_model(ann)
-    return True
+        kind = "section"
+    return kind
 
 
 def parse_set(expr: str) -> tuple[str, Any]:
-    """``a.b.c=value`` -> (path, value) with the value read as a YAML scalar/list."""
+    """``a.b.c=value`` -> (path, value) with the value read as YAML (numbers, booleans, lists, maps)."""
     if "=" not in expr:
         raise ScenarioError("--set", expr, "expected dotted.path=value")
     path, raw = expr.split("=", 1)
@@ -342,47 +392,77 @@ def parse_set(expr: str) -> tuple[str, Any]:
     return path.strip(), value
 
 
-def apply_calibrations(raw: dict, source: str) -> dict:
-    """Overlay the ``parameters`` (dotted path -> value) of each calibration file named by the scenario."""
+@dataclass
+class _Origin:
+    """Where a value at ``path`` came from, to blame the right file or --set in an error."""
+
+    path: str
+    source: str
+    created: str | None = None
+
+
+def _apply_calibrations(raw: dict, source: str) -> list[_Origin]:
+    """Fill values the scenario leaves open from its calibration files (explicit scenario values win)."""
     cals = raw.get("calibrations") or []
     if not isinstance(cals, list):
         raise ScenarioError(source, "calibrations", f"bad value {_short(cals)}: expected a list of file paths")
     base_dir = os.path.dirname(os.path.abspath(source))
-    out = copy.deepcopy(raw)
+    origins = []
     for i, rel in enumerate(cals):
         if not isinstance(rel, str):
             raise ScenarioError(source, f"calibrations.{i}", f"bad value {_short(rel)}: expected a file path")
-        cal_path = os.path.normpath(os.path.join(base_dir, rel))
+        cal_path = os.path.relpath(os.path.normpath(os.path.join(base_dir, rel)))
         cal = read_yaml(cal_path)
         params = cal.get("parameters") if isinstance(cal, dict) else None
         if not isinstance(params, dict):
             raise ScenarioError(cal_path, "parameters", "expected a map of dotted.path: value")
         for key, value in params.items():
-            set_dotted(out, str(key), value, cal_path)
-    return out
+            if not get_dotted(raw, str(key))[0]:
+                set_dotted(raw, str(key), value, cal_path, create_entries=False)
+                origins.append(_Origin(str(key), cal_path))
+    return origins
 
 
 def load_scenario(path: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Scenario, dict]:
-    """Load, overlay calibrations, apply ``--set`` overrides, validate.
+    """Load a scenario: its own values, then calibration values it leaves open, then ``--set`` overrides.
 
-    Returns the validated scenario and the resolved raw mapping (what was validated).
+    Returns the validated scenario and the resolved mapping that was validated.
     """
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ScenarioError(path, "", f"expected a YAML map at the top level, got {type(raw).__name__}")
-    resolved = apply_calibrations(raw, path)
-    set_paths = []
-    for expr in overrides:
-        key, value = parse_set(expr)
+    resolved = copy.deepcopy(raw)
+    sets = [(expr, *parse_set(expr)) for expr in overrides]
+    early = [s for s in sets if s[1].split(".")[0] == "calibrations"]  # which calibrations apply is set first
+    origins: list[_Origin] = []
+    for expr, key, value in early:
         set_dotted(resolved, key, value, f"{path} (--set {expr})")
-        set_paths.append((key, expr))
+    origins += _apply_calibrations(resolved, path)
+    for expr, key, value in sets:
+        if (expr, key, value) not in early:
+            label = f"{path} (--set {expr})"
+            origins.append(_Origin(key, label, set_dotted(resolved, key, value, label)))
     try:
         return validate(resolved, path), resolved
     except ScenarioError as exc:
-        for key, expr in reversed(set_paths):
-            if exc.path == key or exc.path.startswith(key + ".") or key.startswith(exc.path + "."):
-                raise ScenarioError(f"{path} (--set {expr})", exc.path, exc.problem) from None
-        raise
+        raise _blame(exc, origins, resolved) from None
+
+
+def _blame(exc: ScenarioError, origins: list[_Origin], resolved: dict) -> ScenarioError:
+    """Name the calibration file or --set that supplied the bad value, and hint at typos in created entries."""
+    for o in reversed(origins):
+        related = exc.path == o.path or exc.path.startswith(o.path + ".") or o.path.startswith(exc.path + ".")
+        in_created = o.created is not None and (exc.path + ".").startswith(o.created + ".")
+        if related or in_created:
+            problem = exc.problem
+            if o.created is not None:
+                parent, _, name = o.created.rpartition(".")
+                siblings = [k for k in get_dotted(resolved, parent)[1] if k != name]
+                hint = difflib.get_close_matches(name, siblings, n=1)
+                problem += f" (--set created a new entry '{name}' under {parent}" + (
+                    f"; did you mean '{hint[0]}'?)" if hint else ")")
+            return ScenarioError(o.source, exc.path, problem)
+    return exc
 
 
 def validate(raw: dict, source: str) -> Scenario:
@@ -393,7 +473,7 @@ def validate(raw: dict, source: str) -> Scenario:
     errs = _cross_reference_errors(scenario)
     if errs:
         path, value, expected = errs[0]
-        raise ScenarioError(source, path, f"bad value {_short(value)}: {expected}")
+        raise ScenarioError(source, path, expected if value is None else f"bad value {_short(value)}: {expected}")
     return scenario
 
 
@@ -402,9 +482,3 @@ def json_schema() -> dict:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "sim scenario"
     return schema
-
-
-__all__ = [
-    "Scenario", "Machine", "Gpu", "GpuType", "Disk", "Loader", "ModelSpec", "Job", "Dispatch", "TieBreak",
-    "LoadingConfig", "Pcie", "load_scenario", "validate", "json_schema", "set_dotted", "parse_set",
-]

@@ -4,6 +4,12 @@ import os
 import sys
 
 import pytest
+from hypothesis import settings
+
+# CI runs the property tests with a fixed seed, so a run is reproducible; locally they explore freely.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("dev", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOME_LAB = os.path.join(ROOT, "scenarios", "home_lab.yaml")

@@ -37,11 +37,14 @@ def test_breakeven_json_contract():
     assert r.exit_code == 0
     out = json.loads(r.stdout)
     assert out["breakeven_tokens"] < out["clear_win_tokens"]
+    assert out["metrics"]["breakeven_tokens"] == out["breakeven_tokens"]
+    assert out["clear_win"]["rtx4090_box"][0] == 0 and out["clear_win"]["mining_box"][1] is None
 
 
 def test_breakeven_text_mentions_both_counts():
     r = invoke("breakeven", HOME_LAB, "--model", "9B", "--a", "mining_box", "--b", "rtx4090_box")
     assert r.exit_code == 0 and "closed form" in r.stdout and "wins clearly" in r.stdout
+    assert "20,389" in r.stdout and "from 98,240" in r.stdout and "below 10,288" in r.stdout
 
 
 def test_same_seed_gives_byte_identical_json():

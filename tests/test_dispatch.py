@@ -7,7 +7,7 @@ import pytest
 from conftest import HOME_LAB, tiny_scenario
 
 from sim.breakeven import breakeven
-from sim.dispatch import Estimate, breakeven_closed_form, decide, relative_gap
+from sim.dispatch import Estimate, decide, linear_region, relative_gap
 from sim.labsim import run_jobs
 from sim.scenario import TieBreak, load_scenario, validate
 
@@ -129,17 +129,59 @@ def test_breakeven_bisection_matches_closed_form(home_lab):
     r = breakeven(home_lab, "9B", "mining_box", "rtx4090_box", seed=0)
     cf = r["closed_form"]
     assert r["faster_decoder"] == "mining_box" and r["faster_loader"] == "rtx4090_box"
-    for key in ("breakeven_tokens", "clear_win_tokens", "fast_loader_clear_below_tokens"):
-        assert r[key] == math.ceil(cf[key]), key
+    assert r["wins_short_jobs"] == "rtx4090_box"
+    assert r["closed_form_agrees"]
+    assert r["breakeven_tokens"] == math.ceil(cf["breakeven_tokens"])
+    assert r["clear_win"]["mining_box"] == [math.ceil(cf["clear_win"]["mining_box"][0]), math.inf]
+    assert r["clear_win"]["rtx4090_box"] == [0, math.ceil(cf["clear_win"]["rtx4090_box"][1])]
     # loads of 29.8 s and 11.4 s, decode 146 and 129 tok/s: ~20,400 tokens; the tie rule moves it to ~98,000
     assert 20000 < r["breakeven_tokens"] < 21000
+    assert r["clear_win_tokens"] == r["clear_win"]["mining_box"][0]
     assert 95000 < r["clear_win_tokens"] < 101000
-    assert r["fast_loader_clear_below_tokens"] < r["breakeven_tokens"] < r["clear_win_tokens"]
+    assert r["clear_win"]["rtx4090_box"][1] < r["breakeven_tokens"] < r["clear_win_tokens"]
 
 
-def test_breakeven_closed_form_never_crosses():
-    cf = breakeven_closed_form(10, 100, 5, 99, 0.5)
-    assert math.isinf(cf["clear_win_tokens"])
+def test_breakeven_when_one_machine_loads_and_decodes_faster(home_lab):
+    """A fast disk and link on the mining box: it wins at every length, clearly only below ~20,000 tokens."""
+    sets = ["disks.mining_box_disk.read_gbps=50", "machines.mining_box.decode_tok_s.9B=135"] + [
+        f"machines.mining_box.gpus.card{i}.measured_link_gbps=50" for i in range(3)]
+    scn, _ = load_scenario(HOME_LAB, sets)
+    r = breakeven(scn, "9B", "mining_box", "rtx4090_box", seed=0)
+    assert math.isinf(r["breakeven_tokens"]) and r["wins_short_jobs"] == "mining_box"
+    assert r["clear_win"]["rtx4090_box"] is None
+    lo, hi = r["clear_win"]["mining_box"]
+    assert lo == 0 and 19000 < hi < 21500
+    assert math.isinf(r["clear_win_tokens"])  # the faster decoder never wins clearly beyond some count
+    assert r["closed_form_agrees"]
+
+
+def test_breakeven_gives_each_machine_its_own_random_stream(home_lab):
+    sets = ["machines.mining_box.decode_jitter_cv=0.2", "machines.rtx4090_box.decode_jitter_cv=0.2"]
+    scn, _ = load_scenario(HOME_LAB, sets)
+    r = breakeven(scn, "9B", "mining_box", "rtx4090_box", seed=1)
+    again = breakeven(scn, "9B", "mining_box", "rtx4090_box", seed=1)
+    assert r["breakeven_tokens"] == again["breakeven_tokens"]
+    assert not r["closed_form_agrees"]  # jitter moves the simulated crossing away from the table-rate closed form
+
+
+def test_breakeven_rejects_bad_names(home_lab):
+    from sim.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="did you mean 'mining_box'"):
+        breakeven(home_lab, "9B", "mining_bx", "rtx4090_box", 0)
+    with pytest.raises(ScenarioError, match="no model '9X'"):
+        breakeven(home_lab, "9X", "mining_box", "rtx4090_box", 0)
+    with pytest.raises(ScenarioError, match="two different machines"):
+        breakeven(home_lab, "9B", "mining_box", "mining_box", 0)
+    with pytest.raises(ScenarioError, match="no decode rate"):
+        breakeven(home_lab, "9B", "mining_box", "mac", 0)
+
+
+def test_linear_region():
+    assert linear_region(-10, 1) == (10, math.inf)
+    assert linear_region(10, -1) == (0, 10)
+    assert linear_region(-10, -1) is None
+    assert linear_region(0, 0) == (0, math.inf)
 
 
 def test_breakeven_moves_with_the_link():

@@ -48,7 +48,8 @@ def test_valid_numeric_overrides_validate(gbps, gen):
     assert scn.disks["d"].read_gbps == gbps
 
 
-@given(st.one_of(st.floats(max_value=0, allow_nan=False), st.text(max_size=3), st.none()))
+@given(st.one_of(st.floats(max_value=0, allow_nan=False), st.sampled_from([float("inf"), float("nan"), "INF"]),
+                 st.text(alphabet="abcxyz -", max_size=3), st.none(), st.lists(st.integers(), max_size=2)))
 def test_invalid_bandwidth_names_the_key(bad):
     raw = tiny_scenario()
     set_dotted(raw, "disks.d.read_gbps", bad, "t")

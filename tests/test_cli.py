@@ -122,3 +122,28 @@ def test_fit_loading_writes_calibration(tmp_path):
     r = invoke("fit-loading", HOME_LAB, "--table", os.path.join(CALIBRATION, "loading_stages.csv"),
                "--table", os.path.join(CALIBRATION, "loading_mac_sample.csv"), "--out", str(out))
     assert r.exit_code == 0 and out.exists() and "pcie.efficiency" in out.read_text()
+
+
+def test_unwritable_out_is_one_line_exit_2(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    r = CliRunner().invoke(main, ["run", HOME_LAB, "--out", str(blocker / "sub")])
+    assert r.exit_code == 2 and "cannot write" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_breakeven_bad_machine_exits_2():
+    r = CliRunner().invoke(main, ["breakeven", HOME_LAB, "--model", "9B", "--a", "mining_bx", "--b", "rtx4090_box"])
+    assert r.exit_code == 2 and "did you mean 'mining_box'" in r.stderr
+
+
+def test_outputs_have_ordinary_permissions(tmp_path):
+    invoke("run", HOME_LAB, "--out", str(tmp_path / "o"))
+    mode = os.stat(tmp_path / "o" / "summary.json").st_mode & 0o777
+    assert mode & 0o044  # readable by group/others under the usual umask
+
+
+def test_breakeven_out_writes_evaluations(tmp_path):
+    r = invoke("breakeven", HOME_LAB, "--model", "9B", "--a", "mining_box", "--b", "rtx4090_box",
+               "--out", str(tmp_path / "b"))
+    assert r.exit_code == 0
+    assert sorted(os.listdir(tmp_path / "b")) == ["evaluations.csv", "summary.json"]

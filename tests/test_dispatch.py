@@ -10,6 +10,7 @@ from sim.breakeven import breakeven
 from sim.dispatch import Estimate, decide, linear_region, relative_gap
 from sim.labsim import run_jobs
 from sim.scenario import TieBreak, load_scenario, validate
+from sim.units import GB, GIB
 
 
 def test_decide_clear_win_and_tie_rules():
@@ -191,3 +192,78 @@ def test_breakeven_moves_with_the_link():
     a = breakeven(base, "9B", "mining_box", "rtx4090_box", 0)["breakeven_tokens"]
     b = breakeven(slow, "9B", "mining_box", "rtx4090_box", 0)["breakeven_tokens"]
     assert b > a
+
+
+def shared(raw, jobs):
+    raw["dispatch"] = {"isolation": "shared"}
+    raw["jobs"] = jobs
+    return jobs_by_id(validate(raw, "test"))
+
+
+def test_projection_follows_evictions_through_the_queue():
+    """A queued job must not assume its model stays resident when a job ahead of it unloads it."""
+    raw = tiny_scenario()
+    raw["gpus"]["card"]["vram_gib"] = 20
+    jobs = shared(raw, {"a": {"model": "m8", "tokens": 100}, "b": {"model": "m16", "tokens": 100},
+                        "c": {"model": "m8", "tokens": 100}})
+    assert jobs["c"].load_s > 0
+    for j in jobs.values():
+        assert j.completed_s == pytest.approx(j.predicted_completion_s, rel=1e-12)
+
+
+def test_projection_replays_the_page_cache():
+    """A model larger than the page cache evicts its own chunks: every load is cold, and the estimate knows it."""
+    raw = tiny_scenario(machines__box__page_cache_gib=12)
+    raw["gpus"]["card"]["vram_gib"] = 17
+    jobs = shared(raw, {"a": {"model": "m16", "tokens": 100}, "b": {"model": "m4", "tokens": 100},
+                        "c": {"model": "m16", "tokens": 100}})
+    assert jobs["c"].load.bytes_from_cache == 0
+    for j in jobs.values():
+        assert j.completed_s == pytest.approx(j.predicted_completion_s, rel=1e-12)
+
+
+def test_bounded_pipeline_estimate_is_exact():
+    raw = tiny_scenario(loading__composition="pipelined", loading__buffer_chunks=1, loading__chunk_mib=300,
+                        machines__box__page_cache_gib=6)
+    jobs = shared(raw, {"a": {"model": "m8", "tokens": 10}, "b": {"model": "m4", "tokens": 10},
+                        "c": {"model": "m8", "tokens": 10}})
+    for j in jobs.values():
+        assert j.completed_s == pytest.approx(j.predicted_completion_s, rel=1e-12)
+
+
+def test_spilled_weights_are_streamed_every_token():
+    raw = tiny_scenario(machines__box__on_overflow="spill")
+    raw["gpus"]["card"]["vram_gib"] = 6
+    jobs = shared(raw, {"j": {"model": "m8", "tokens": 1000}})
+    j = jobs["j"]
+    expected_rate = 1 / (1 / 100.0 + 2 * GIB / GB / 10.0)  # 2 GiB over the 10 GB/s link per token
+    assert j.spilled_gib == pytest.approx(2.0)
+    assert j.decode_tok_s == pytest.approx(expected_rate)
+    assert j.completed_s == pytest.approx(j.predicted_completion_s)
+    est = j.estimates[0]
+    assert est.spilled_gib == pytest.approx(2.0) and est.decode_tok_s == pytest.approx(expected_rate)
+
+
+def test_machines_naming_one_disk_share_it():
+    """Two boxes loading from one network disk at once: each load waits for the other's chunks."""
+    raw = tiny_scenario()
+    raw["machines"]["box2"] = dict(raw["machines"]["box"])
+    jobs = shared(raw, {"a": {"model": "m8", "tokens": 100}, "b": {"model": "m8", "tokens": 100}})
+    assert {jobs["a"].machine, jobs["b"].machine} == {"box", "box2"}
+    assert jobs["a"].load.wait_s > 0 or jobs["b"].load.wait_s > 0
+    slower = max(jobs.values(), key=lambda j: j.completed_s)
+    assert slower.completed_s > slower.predicted_completion_s  # the estimate does not see the other machine's load
+    raw["disks"]["d2"] = raw["disks"]["d"]
+    raw["machines"]["box2"]["disk"] = "d2"
+    jobs = shared(raw, {"a": {"model": "m8", "tokens": 100}, "b": {"model": "m8", "tokens": 100}})
+    assert jobs["a"].load.wait_s == 0 and jobs["b"].load.wait_s == 0
+
+
+def test_resident_model_that_cannot_fit_is_an_error():
+    from sim.errors import SimulationError
+
+    raw = tiny_scenario()
+    raw["gpus"]["card"]["vram_gib"] = 6
+    raw["machines"]["box"]["resident_models"] = ["m8"]
+    with pytest.raises(SimulationError, match="resident_models.0"):
+        shared(raw, {})

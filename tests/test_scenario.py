@@ -108,3 +108,81 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
         atomic_write_text(str(target), "new" * 1000)
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["summary.json"]
+
+
+def write_scenario(tmp_path, edit=None, calibration=None):
+    """A copy of home_lab.yaml in tmp_path (its calibration path made absolute), edited by ``edit(raw)``."""
+    raw = yaml.safe_load(open(HOME_LAB))
+    raw["calibrations"] = [calibration or os.path.join(os.path.dirname(HOME_LAB), "..", "calibration", "loading.yaml")]
+    if edit:
+        edit(raw)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def test_scenario_values_win_over_calibration(tmp_path):
+    path = write_scenario(tmp_path, lambda r: r["disks"]["rtx4090_box_disk"].update(read_gbps=7.0))
+    scn, _ = load_scenario(path)
+    assert scn.disks["rtx4090_box_disk"].read_gbps == 7.0
+    assert scn.disks["mining_box_disk"].read_gbps == pytest.approx(1.45, rel=1e-2)
+
+
+def test_set_calibrations_applies_before_the_calibration_files():
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(HOME_LAB, ["calibrations=[]"])
+    assert "read_gbps" in err.value.path and "calibration" in err.value.problem
+
+
+def test_bad_calibration_value_blames_the_calibration_file(tmp_path):
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("parameters:\n  pcie.efficiency: 1.5\n")
+    path = write_scenario(tmp_path, calibration=str(cal))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert err.value.source.endswith("cal.yaml") and err.value.path == "pcie.efficiency"
+
+
+def test_calibration_for_a_missing_machine_is_an_error(tmp_path):
+    def rename(raw):
+        raw["machines"]["rtx4090"] = raw["machines"].pop("rtx4090_box")
+        raw["dispatch"]["tie_break"]["order"] = ["rtx4090"]
+        raw["jobs"]["long_resident"]["resident_on"] = ["rtx4090", "mining_box"]
+
+    with pytest.raises(ScenarioError, match="no key 'rtx4090_box' under machines .did you mean 'rtx4090'"):
+        load_scenario(write_scenario(tmp_path, rename))
+
+
+def test_duplicate_keys_are_rejected(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("name: a\nname: b\n")
+    with pytest.raises(ScenarioError, match="appears twice"):
+        load_scenario(str(path))
+
+
+def test_negotiated_link_cannot_exceed_card_or_slot():
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(HOME_LAB, ["machines.mining_box.gpus.card0.negotiated_gen=4"])
+    assert err.value.path == "machines.mining_box.gpus.card0.negotiated_gen" and "--set" in err.value.source
+
+
+def test_new_entries_by_set_and_typo_hints():
+    scn, _ = load_scenario(HOME_LAB, ["machines.mining_box.gpus.card3.type=mining_card",
+                                      "machines.mining_box.gpus.card3.slot_gen=3"])
+    assert len(scn.machines["mining_box"].gpus) == 4
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(HOME_LAB, ["machines.rtx4090_bx.page_cache_gib=3"])
+    assert "did you mean 'rtx4090_box'" in str(err.value) and "--set" in err.value.source
+
+
+def test_numbers_are_read_as_text_where_text_is_expected():
+    scn, _ = load_scenario(HOME_LAB, ["name=123"])
+    assert scn.name == "123"
+
+
+def test_schema_does_not_require_calibrated_values():
+    from sim.scenario import json_schema
+
+    defs = json_schema()["$defs"]
+    assert "read_gbps" not in defs["Disk"].get("required", [])
+    assert "s_per_gb" not in defs["Loader"].get("required", [])

@@ -66,7 +66,7 @@ def plan_chunks(file: str, total_bytes: float, tensors: int, chunk_bytes: float,
     cuts = np.cumsum(placed)[:-1] if spilled <= 0 else np.cumsum(placed)
     edges = np.unique(np.concatenate(([0.0], grid, cuts[(cuts > 0) & (cuts < total_bytes)], [total_bytes])))
     sizes = np.diff(edges)
-    keep = sizes > 1e-6 * chunk_bytes  # drop slivers left by rounding
+    keep = sizes > 0.5  # drop sub-byte slivers left by floating-point rounding
     sizes, starts = sizes[keep], edges[:-1][keep]
     sizes[-1] += total_bytes - sizes.sum()
     middles = starts + sizes / 2

@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 import simpy
 from conftest import tiny_scenario
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim import loading
-from sim.hardware import memory_targets, stage_costs
+from sim.hardware import MemoryTarget, memory_targets, stage_costs
 from sim.loadsim import Rig, load
 from sim.pagecache import PageCache
 from sim.scenario import validate
@@ -188,3 +190,30 @@ def test_chunks_never_straddle_two_gpus():
     per_target = [plan.sizes[plan.target == k].sum() for k in range(3)]
     assert per_target == pytest.approx(list(plan.placed_bytes))
     assert plan.sizes.sum() == pytest.approx(16 * GIB)
+
+
+@settings(max_examples=60)
+@given(total_gib=st.floats(0.5, 40), chunk_mib=st.floats(1, 4096),
+       free_gib=st.lists(st.floats(0, 24), min_size=1, max_size=4))
+def test_chunk_plan_invariants(total_gib, chunk_mib, free_gib):
+    targets = [MemoryTarget(f"g{i}", f * GIB, 10.0) for i, f in enumerate(free_gib)]
+    plan = loading.plan_chunks("m", total_gib * GIB, 100, chunk_mib * MIB, targets, [t.capacity_bytes for t in targets])
+    assert plan.sizes.sum() == pytest.approx(total_gib * GIB, rel=1e-9)
+    assert (plan.sizes > 0).all() and (plan.sizes <= chunk_mib * MIB * (1 + 1e-9) + 1).all()
+    for k, placed in enumerate(plan.placed_bytes):
+        assert plan.sizes[plan.target == k].sum() == pytest.approx(placed, rel=1e-6, abs=1e-3 * MIB)
+    assert plan.sizes[plan.target == -1].sum() == pytest.approx(plan.spilled_bytes, rel=1e-6, abs=1e-3 * MIB)
+    assert plan.tensors.sum() == pytest.approx(100)
+
+
+@settings(max_examples=60)
+@given(times=st.lists(st.tuples(st.floats(0, 2), st.floats(0, 2), st.floats(0, 2)), min_size=1, max_size=40),
+       buffer_chunks=st.integers(1, 5))
+def test_pipeline_bounds(times, buffer_chunks):
+    m = np.array(times).T
+    t = loading.StageTimes(m[0], m[1], m[2])
+    bounded = loading.pipelined_time(t, buffer_chunks)
+    unbounded = loading.pipelined_time(t)
+    assert m.sum(axis=1).max() - 1e-9 <= unbounded <= bounded + 1e-9
+    assert bounded <= loading.serial_time(t) + 1e-9
+    assert loading.pipelined_time(t, len(times) + 1) == pytest.approx(unbounded)

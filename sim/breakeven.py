@@ -16,9 +16,9 @@ from collections.abc import Callable
 import numpy as np
 
 from .dispatch import breakeven_closed_form
-from .errors import ScenarioError
+from .errors import ScenarioError, SimulationError
 from .labsim import Lab, single_job_completion_s
-from .scenario import Scenario
+from .scenario import Job, Scenario
 
 MAX_TOKENS = 10**12
 
@@ -84,16 +84,21 @@ def breakeven(scn: Scenario, model: str, a: str, b: str, seed: int) -> dict:
             memo[(machine, n)] = single_job_completion_s(base, machine, model, n, rng)
         return memo[(machine, n)]
 
+    lab = Lab(base, np.random.default_rng(seed))
+    for n in (a, b):
+        e = lab.estimate(lab.machines[n], Job(model=model, tokens=1))
+        if not e.eligible:
+            raise SimulationError(f"{n} cannot run {model}: {e.why_not}")
     theta = base.dispatch.tie_threshold
-    a_first, cross = switch_point(lambda n: t(a, n) <= t(b, n))
+    a_first, cross = switch_point(lambda n: t(a, n) < t(b, n))
     sim = {
         "breakeven_tokens": cross,
         "clear_win": {a: region(lambda n: t(b, n) >= (1 + theta) * t(a, n)),
                       b: region(lambda n: t(a, n) >= (1 + theta) * t(b, n))},
     }
-    lab = Lab(base, np.random.default_rng(seed))
-    rates = {n: base.machines[n].decode_tok_s[model] for n in (a, b)}
-    load_cf = {n: lab.predict_load_s(lab.machines[n], model) for n in (a, b)}
+    estimates = {n: lab.estimate(lab.machines[n], Job(model=model, tokens=1)) for n in (a, b)}
+    rates = {n: e.decode_tok_s for n, e in estimates.items()}  # table rate, slowed by any spill
+    load_cf = {n: e.load_s for n, e in estimates.items()}
     cf = breakeven_closed_form(load_cf[a], rates[a], load_cf[b], rates[b], theta)
     closed = {"breakeven_tokens": cf["breakeven_tokens"] if cf["breakeven_tokens"] is not None else math.inf,
               "clear_win": {a: _as_list(cf["clear_win"]["a"]), b: _as_list(cf["clear_win"]["b"])}}
@@ -107,7 +112,9 @@ def breakeven(scn: Scenario, model: str, a: str, b: str, seed: int) -> dict:
         "scenario": scn.name, "seed": seed, "model": model, "a": a, "b": b,
         "faster_decoder": fast, "faster_loader": min((a, b), key=lambda n: sim_load[n]),
         "wins_short_jobs": a if a_first else b,
+        "wins_long_jobs": (b if a_first else a) if math.isfinite(cross) else (a if a_first else b),
         "tie_threshold": theta, "decode_tok_s": rates, "load_s": sim_load,
+        "spilled_gib": {n: e.spilled_gib for n, e in estimates.items()},
         "breakeven_tokens": sim["breakeven_tokens"],
         "clear_win_tokens": clear_from,
         "clear_win": sim["clear_win"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 
 import click
@@ -26,7 +27,8 @@ def user_errors(fn):
         except ScenarioError as exc:
             _fail(str(exc), 2)
         except SimulationError as exc:
-            _fail(str(exc), 1)
+            scenario = kwargs.get("scenario")
+            _fail(f"{scenario}: {exc}" if scenario else str(exc), 1)
         except OSError as exc:  # writing --out or a calibration file
             _fail(f"{exc.filename or ''}: cannot write: {exc.strerror or exc}", 2)
 
@@ -44,7 +46,27 @@ def common_options(fn):
     return fn
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Group):
+    """Usage errors (a bad option, a missing argument) as one line on stderr with exit code 2, like every error."""
+
+    def main(self, *args, **kwargs):
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            where = f"{exc.ctx.command_path}: " if exc.ctx else ""
+            _fail(where + exc.format_message().replace("\n", " "), 2)
+        except click.exceptions.Exit as exc:  # --help
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            _fail("interrupted", 130)
+        except Exception as exc:  # a bug, not bad input: still one line, with a way to get the traceback
+            if os.environ.get("SIM_DEBUG"):
+                raise
+            _fail(f"internal error: {type(exc).__name__}: {exc} (a bug: please report it; "
+                  "SIM_DEBUG=1 shows the traceback)", 70)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """sim: load and serve LLMs on imperfect hardware, simulated."""
 
@@ -125,12 +147,17 @@ def fit_loading(scenario: str, tables: tuple[str, ...], out_file: str | None, as
 
     raw = load_raw_for_fit(scenario)
     result = fit(raw, scenario, list(tables))
+    poor = [r for r in result.residuals if abs(r["rel_error"]) > 0.05]
+    for r in poor:
+        click.echo(f"sim: warning: {r['machine']} {r['quantity']} fits {r['rel_error']:+.1%} off the measured "
+                   f"{r['measured_gbps']:g} GB/s", err=True)
     text = calibration_yaml(result, scenario, list(tables), out_file)
     if out_file:
         atomic_write_text(out_file, text)
     if as_json:
         click.echo(dumps({"parameters": result.parameters, "standard_errors": result.standard_errors,
-                          "exactly_determined": result.exactly_determined, "residuals": result.residuals,
+                          "exactly_determined": result.exactly_determined, "held_fixed": result.held_fixed,
+                          "residuals": result.residuals,
                           "dof": result.dof}), nl=False)
     else:
         click.echo(text, nl=False)

@@ -68,6 +68,8 @@ def plan_chunks(file: str, total_bytes: float, tensors: int, chunk_bytes: float,
     sizes = np.diff(edges)
     keep = sizes > 0.5  # drop sub-byte slivers left by floating-point rounding
     sizes, starts = sizes[keep], edges[:-1][keep]
+    if sizes.size == 0:  # a model of under a byte: one chunk
+        sizes, starts = np.array([total_bytes]), np.array([0.0])
     sizes[-1] += total_bytes - sizes.sum()
     middles = starts + sizes / 2
     target = np.searchsorted(np.cumsum(placed), middles, side="right")

@@ -5,12 +5,13 @@ Processes only schedule; how long each chunk takes in each stage comes from :mod
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
 from .hardware import StageCosts
+from . import loading
 from .loading import ChunkPlan, link_rates
 from .pagecache import PageCache
 from .units import GB
@@ -50,7 +51,6 @@ class LoadResult:
     bytes_from_cache: float = 0.0
     bytes_over_link: float = 0.0
     spilled_bytes: float = 0.0
-    chunk_done_s: list[float] = field(default_factory=list)
 
     @property
     def wall_s(self) -> float:
@@ -106,17 +106,46 @@ def _link_step(rig: Rig, plan: ChunkPlan, rates: np.ndarray, i: int, res: LoadRe
     res.bytes_over_link += float(plan.sizes[i])
 
 
-def load(rig: Rig, plan: ChunkPlan, model: str, composition: str, buffer_chunks: int):
-    """simpy process: load ``plan``; its value is a :class:`LoadResult`."""
+def _exclusive_load(rig: Rig, plan: ChunkPlan, composition: str, buffer_chunks: int, res: LoadResult):
+    """The whole load as one event: valid when no other load can use this disk or these links meanwhile.
+
+    The page cache sees the same reads in the same order and the stage times come from the same mechanism, so
+    the result equals the chunk-by-chunk simulation (the tests check it); the resources are held throughout, so
+    a load that broke the assumption would wait rather than overlap unnoticed.
+    """
+    env = rig.env
+    cached = np.array([rig.page_cache.read((plan.file, i), float(s)) for i, s in enumerate(plan.sizes)], dtype=bool)
+    times = loading.stage_times(plan, rig.costs, cached)
+    crosses = np.isfinite(link_rates(plan)) & (plan.target >= 0)
+    res.disk_s, res.loader_s, res.link_s = float(times.disk.sum()), float(times.loader.sum()), float(times.link.sum())
+    res.bytes_from_cache = float(plan.sizes[cached].sum())
+    res.bytes_from_disk = float(plan.sizes[~cached].sum())
+    res.bytes_over_link = float(plan.sizes[crosses].sum())
+    requests = [rig.disk.request()] + [link.request() for link in rig.links.values()]
+    asked = env.now
+    yield env.all_of(requests)
+    res.wait_s += env.now - asked
+    yield env.timeout(loading.load_time(times, composition, buffer_chunks))
+    for resource, req in zip([rig.disk, *rig.links.values()], requests, strict=True):
+        resource.release(req)
+
+
+def load(rig: Rig, plan: ChunkPlan, model: str, composition: str, buffer_chunks: int, exclusive: bool = False):
+    """simpy process: load ``plan``; its value is a :class:`LoadResult`.
+
+    ``exclusive``: the caller guarantees no concurrent load on this disk or these links (a lone job), so the
+    load is one event instead of a few per chunk.
+    """
     env = rig.env
     res = LoadResult(model=model, bytes=plan.total_bytes, start_s=env.now, spilled_bytes=plan.spilled_bytes)
     rates = link_rates(plan)
-    if composition == "serial":
+    if exclusive:
+        yield from _exclusive_load(rig, plan, composition, buffer_chunks, res)
+    elif composition == "serial":
         for i in range(plan.n):
             yield from _disk_step(rig, plan, i, res)
             yield from _loader_step(rig, plan, i, res)
             yield from _link_step(rig, plan, rates, i, res)
-            res.chunk_done_s.append(env.now)
     else:
         to_loader = simpy.Store(env, capacity=buffer_chunks)
         to_link = simpy.Store(env, capacity=buffer_chunks)
@@ -136,7 +165,6 @@ def load(rig: Rig, plan: ChunkPlan, model: str, composition: str, buffer_chunks:
             for _ in range(plan.n):
                 i = yield to_link.get()
                 yield from _link_step(rig, plan, rates, i, res)
-                res.chunk_done_s.append(env.now)
 
         env.process(reader())
         env.process(converter())

@@ -57,8 +57,8 @@ def probe_machine(scn: Scenario, name: str, model: str, gib: float | None = None
     comp, buf = scn.loading.composition, scn.loading.buffer_chunks
 
     def sequence():
-        cold = yield env.process(load(rig, plan, model, comp, buf))
-        hot = yield env.process(load(rig, plan, model, comp, buf))
+        cold = yield env.process(load(rig, plan, model, comp, buf, exclusive=True))
+        hot = yield env.process(load(rig, plan, model, comp, buf, exclusive=True))
         link = None
         if any(t.link_gbps for t in targets):
             # A pinned buffer copied to the GPU: nothing read from disk, no loader work, the same links.
@@ -66,7 +66,7 @@ def probe_machine(scn: Scenario, name: str, model: str, gib: float | None = None
                                PageCache(np.inf), list(rig.links))
             pinned.page_cache.warm(model, plan.sizes)
             link_plan = replace(plan, tensors=np.zeros_like(plan.tensors))
-            link = yield env.process(load(pinned, link_plan, model, comp, buf))
+            link = yield env.process(load(pinned, link_plan, model, comp, buf, exclusive=True))
         return cold, hot, link
 
     proc = env.process(sequence())

@@ -81,7 +81,9 @@ def breakeven_text(r: dict) -> str:
     a, b, cf = r["a"], r["b"], r["closed_form"]
     lines = [f"break-even of {r['model']}: {a} vs {b} (seed {r['seed']}, {r['evaluations']} simulated jobs)"]
     for m in (a, b):
-        lines.append(f"  {m}: decodes {r['decode_tok_s'][m]:g} tok/s, loads in {r['load_s'][m]:.2f} s")
+        spill = r["spilled_gib"][m]
+        note = f" ({spill:.1f} GiB spilled to host RAM, streamed every token)" if spill > 0 else ""
+        lines.append(f"  {m}: decodes {r['decode_tok_s'][m]:.4g} tok/s{note}, loads in {r['load_s'][m]:.2f} s")
     lines += ["", f"  {'tokens':<46}{'simulated':>16}{'closed form':>18}",
               f"  {'break-even (load counted, no tie rule)':<46}{_tok(r['breakeven_tokens']):>16}"
               f"{_tok(cf['breakeven_tokens']):>18}"]
@@ -89,13 +91,12 @@ def breakeven_text(r: dict) -> str:
         lines.append(f"  {m + ' wins clearly (tie rule ' + format(r['tie_threshold'], '.0%') + ')':<46}"
                      f"{_region(r['clear_win'][m]):>16}{_region(cf['clear_win'][m]):>18}")
     lines.append("")
-    short = r["wins_short_jobs"]
-    other = b if short == a else a
-    if math.isfinite(r["breakeven_tokens"]):
+    short, long = r["wins_short_jobs"], r["wins_long_jobs"]
+    if math.isfinite(r["breakeven_tokens"]) and r["breakeven_tokens"] > 1:
         lines.append(f"  Jobs shorter than {_tok(r['breakeven_tokens'])} tokens finish sooner on {short}, longer ones "
-                     f"on {other}; where neither wins clearly the estimates tie and the tie-break decides.")
+                     f"on {long}; where neither wins clearly the estimates tie and the tie-break decides.")
     else:
-        lines.append(f"  {short} finishes sooner at every job length: the two never break even.")
+        lines.append(f"  {long} finishes sooner at every job length: the two never break even.")
     if not r["closed_form_agrees"]:
         lines.append("  ! simulation and closed form disagree by more than one token: the simulation includes what the "
                      "closed form leaves out (decode jitter, page-cache state)")

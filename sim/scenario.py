@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .errors import ScenarioError
 
@@ -23,6 +32,14 @@ Lanes = Literal[1, 2, 4, 8, 16]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, coerce_numbers_to_str=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML reads yes/no/true as booleans; a boolean where a number is expected is a mistake, not 1 or 0."""
+        if isinstance(value, bool) and cls.model_fields[info.field_name].annotation is not bool:
+            raise ValueError(f"expected a number or text, not the boolean {value}")
+        return value
 
 
 class Pcie(Strict):
@@ -47,7 +64,7 @@ class LoadingConfig(Strict):
 class Disk(Strict):
     read_gbps: float | None = Field(
         None, gt=0, description="Sequential read bandwidth (decimal GB/s). Required, here or from a calibration file.")
-    latency_s: float = Field(0.0, ge=0, description="Fixed cost of one chunk read request (s).")
+    latency_s: float = Field(0.0, ge=0, le=60, description="Fixed cost of one chunk read request (s).")
 
 
 class GpuType(Strict):
@@ -108,7 +125,7 @@ class Machine(Strict):
 
 
 class ModelSpec(Strict):
-    weights_gib: float = Field(gt=0, description="Bytes of weights to load (GiB).")
+    weights_gib: float = Field(gt=0, le=65536, description="Bytes of weights to load (GiB).")
     tensors: int = Field(0, ge=0, description="Tensors in the weight files (loader per-tensor cost).")
 
 
@@ -166,6 +183,18 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
         if value not in pool:
             errs.append((path, value, _expected_one_of(value, list(pool), what)))
 
+    maps = {"disks": s.disks, "gpus": s.gpus, "models": s.models, "machines": s.machines, "jobs": s.jobs}
+    maps.update({f"machines.{n}.gpus": m.gpus for n, m in s.machines.items()})
+    for where, entries in maps.items():
+        for key in entries:
+            if "." in key or not key.strip():
+                errs.append((f"{where}.{key}", key, "a name without dots (dots separate the parts of a key path)"))
+    chunk = s.loading.chunk_mib / 1024
+    for mname, spec in s.models.items():
+        if spec.weights_gib / chunk > MAX_CHUNKS:
+            errs.append(("loading.chunk_mib", s.loading.chunk_mib,
+                         f"at most {MAX_CHUNKS:,} chunks per model; {mname} would need "
+                         f"{spec.weights_gib / chunk:,.0f}: raise chunk_mib"))
     for dname, d in s.disks.items():
         if d.read_gbps is None:
             errs.append((f"disks.{dname}.read_gbps", None, _CALIBRATED))
@@ -201,6 +230,8 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
         need("report.load_model", s.report.load_model, s.models, "a model")
     return errs
 
+
+MAX_CHUNKS = 100_000
 
 _CALIBRATED = "missing: expected a value here or from a calibration file named under 'calibrations'"
 
@@ -451,9 +482,9 @@ def load_scenario(path: str, overrides: list[str] | tuple[str, ...] = ()) -> tup
 def _blame(exc: ScenarioError, origins: list[_Origin], resolved: dict) -> ScenarioError:
     """Name the calibration file or --set that supplied the bad value, and hint at typos in created entries."""
     for o in reversed(origins):
-        related = exc.path == o.path or exc.path.startswith(o.path + ".") or o.path.startswith(exc.path + ".")
+        inside = exc.path == o.path or exc.path.startswith(o.path + ".")  # the bad value is (within) what o set
         in_created = o.created is not None and (exc.path + ".").startswith(o.created + ".")
-        if related or in_created:
+        if inside or in_created:
             problem = exc.problem
             if o.created is not None:
                 parent, _, name = o.created.rpartition(".")
@@ -462,6 +493,9 @@ def _blame(exc: ScenarioError, origins: list[_Origin], resolved: dict) -> Scenar
                 problem += f" (--set created a new entry '{name}' under {parent}" + (
                     f"; did you mean '{hint[0]}'?)" if hint else ")")
             return ScenarioError(o.source, exc.path, problem)
+    sets = [o.source.split("(--set ", 1)[1].rstrip(")") for o in origins if "(--set " in o.source]
+    if sets:  # not attributable to one override, but the overrides may be why
+        return ScenarioError(f"{exc.source} (with --set {' --set '.join(sets)})", exc.path, exc.problem)
     return exc
 
 

@@ -23,13 +23,17 @@ def read_measured(path: str) -> tuple[list[str], list[dict[str, str]]]:
     return provenance, rows
 
 
-def number(row: dict[str, str], key: str, source: str, line: int, required: bool = True) -> float:
+def number(row: dict[str, str], key: str, source: str, line: int, required: bool = True) -> float | None:
+    """A finite positive number from a measured row; None when blank and not required."""
     raw = (row.get(key) or "").strip()
     if not raw:
         if required:
-            raise ScenarioError(source, f"row {line}.{key}", "missing value: expected a number")
-        return math.nan
+            raise ScenarioError(source, f"row {line}.{key}", "missing value: expected a positive number")
+        return None
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
-        raise ScenarioError(source, f"row {line}.{key}", f"bad value {raw!r}: expected a number") from None
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ScenarioError(source, f"row {line}.{key}", f"bad value {raw!r}: expected a finite positive number")
+    return value

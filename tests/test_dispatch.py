@@ -267,3 +267,40 @@ def test_resident_model_that_cannot_fit_is_an_error():
     raw["machines"]["box"]["resident_models"] = ["m8"]
     with pytest.raises(SimulationError, match="resident_models.0"):
         shared(raw, {})
+
+
+def test_projection_remembers_what_queued_loads_leave_in_the_page_cache():
+    """m8 is unloaded from VRAM by m4, but its files stay page-cached: the third job's load is hot, and predicted so."""
+    raw = tiny_scenario(machines__box__page_cache_gib=12)
+    raw["gpus"]["card"]["vram_gib"] = 10
+    jobs = shared(raw, {"a": {"model": "m8", "tokens": 100}, "b": {"model": "m4", "tokens": 100},
+                        "c": {"model": "m8", "tokens": 100}})
+    c = jobs["c"]
+    assert c.load.bytes_from_disk == 0 and c.load_s > 0
+    est = {e.machine: e for e in c.estimates}["box"]
+    assert est.load_s == pytest.approx(c.load_s, rel=1e-12)
+    assert c.completed_s == pytest.approx(c.predicted_completion_s, rel=1e-12)
+
+
+def test_breakeven_machines_draw_independent_jitter():
+    """Each machine's realised decode rate (slope of its simulated completions) moves by its own random factor."""
+    sets = ["machines.mining_box.decode_jitter_cv=0.2", "machines.rtx4090_box.decode_jitter_cv=0.2"]
+    scn, _ = load_scenario(HOME_LAB, sets)
+    r = breakeven(scn, "9B", "mining_box", "rtx4090_box", seed=1)
+    factor = {}
+    for m in ("mining_box", "rtx4090_box"):
+        points = sorted((row["tokens"], row["completed_s"]) for row in r["table"] if row["machine"] == m)
+        (n0, t0), (n1, t1) = points[0], points[-1]
+        factor[m] = (n1 - n0) / (t1 - t0) / scn.machines[m].decode_tok_s["9B"]
+    assert factor["mining_box"] != pytest.approx(factor["rtx4090_box"], rel=1e-3)
+    assert not r["closed_form_agrees"]
+
+
+def test_breakeven_includes_the_spill_decode_cost(home_lab):
+    sets = ["machines.mining_box.on_overflow=spill", "gpus.mining_card.vram_gib=6"]
+    scn, _ = load_scenario(HOME_LAB, sets)
+    r = breakeven(scn, "9B", "mining_box", "rtx4090_box", seed=0)
+    assert r["spilled_gib"]["mining_box"] == pytest.approx(2.0)
+    assert r["decode_tok_s"]["mining_box"] < 146
+    assert math.isinf(r["breakeven_tokens"]) and r["closed_form_agrees"]
+    assert r["clear_win"]["rtx4090_box"] == [0, math.inf]

@@ -217,3 +217,49 @@ def test_pipeline_bounds(times, buffer_chunks):
     assert m.sum(axis=1).max() - 1e-9 <= unbounded <= bounded + 1e-9
     assert bounded <= loading.serial_time(t) + 1e-9
     assert loading.pipelined_time(t, len(times) + 1) == pytest.approx(unbounded)
+
+
+def test_bounded_pipeline_formula_known_values():
+    """Hand-checkable case where the buffer bound matters: 2.4 s with one-chunk buffers, 2.3 s with two, 2.2 s free."""
+    t = loading.StageTimes(np.array([0, 0, 0, 0, 1, 1.0]), np.full(6, 0.1), np.array([1, .1, .1, .1, .1, .1]))
+    assert loading.pipelined_time(t, 1) == pytest.approx(2.4)
+    assert loading.pipelined_time(t, 2) == pytest.approx(2.3)
+    assert loading.pipelined_time(t) == pytest.approx(2.2)
+
+
+def slow_first_link_setup():
+    """First GiB to a GPU behind a slow link, the rest to a fast one; the first four chunks page-cached."""
+    raw = tiny_scenario(models__m6={"weights_gib": 6})
+    raw["machines"]["box"]["gpus"] = {
+        "g0": {"type": "card", "slot_gen": 4, "reserved_gib": 47, "measured_link_gbps": 1.0},
+        "g1": {"type": "card", "slot_gen": 4, "measured_link_gbps": 50.0},
+    }
+    _, env, rig, plans = setup(raw, models=("m6",))
+    plan = plans["m6"]
+    for i in range(4):
+        rig.page_cache.insert((plan.file, i), float(plan.sizes[i]))
+    cached = np.arange(plan.n) < 4
+    return env, rig, plans, loading.stage_times(plan, rig.costs, cached)
+
+
+@pytest.mark.parametrize("buffer_chunks", [1, 2])
+def test_bounded_buffers_change_the_simulated_load(buffer_chunks):
+    env, rig, plans, times = slow_first_link_setup()
+    assert loading.pipelined_time(times, 1) > loading.pipelined_time(times, 2) > loading.pipelined_time(times) + 1e-3
+    (res,) = run_loads(env, rig, plans, "pipelined", buffer_chunks)
+    assert res.wall_s == pytest.approx(loading.pipelined_time(times, buffer_chunks), rel=1e-12)
+
+
+@pytest.mark.parametrize("composition, buffer_chunks", [("serial", 2), ("pipelined", 1), ("pipelined", 3)])
+def test_exclusive_load_equals_chunk_by_chunk(composition, buffer_chunks):
+    results = []
+    for exclusive in (False, True):
+        env, rig, plans, _ = slow_first_link_setup()
+        proc = env.process(load(rig, plans["m6"], "m6", composition, buffer_chunks, exclusive))
+        env.run()
+        results.append((proc.value, sorted(rig.page_cache._chunks)))
+    (chunked, cache_a), (whole, cache_b) = results
+    assert whole.wall_s == pytest.approx(chunked.wall_s, rel=1e-12)
+    for field in ("disk_s", "loader_s", "link_s", "bytes_from_disk", "bytes_from_cache", "bytes_over_link"):
+        assert getattr(whole, field) == pytest.approx(getattr(chunked, field), rel=1e-12), field
+    assert cache_a == cache_b

@@ -21,7 +21,7 @@ def calibration_yaml(result: FitResult, scenario: str, tables: list[str], out_fi
     for t in tables:
         prov, _ = read_measured(t)
         header += [f"#   {t}: {line}" for line in prov[:1]]
-    header.append("# Parameters under exactly_determined are pinned by the data with no check left (no error estimate);")
+    header.append("# Parameters under exactly_determined are pinned by the data, no check left (no error estimate);")
     header.append("# pcie.efficiency is shared by all PCIe machines: over-determined by two or more measured links.")
     body = {
         "kind": "loading",

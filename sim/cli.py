@@ -50,6 +50,7 @@ class OneLineErrors(click.Group):
     """Usage errors (a bad option, a missing argument) as one line on stderr with exit code 2, like every error."""
 
     def main(self, *args, **kwargs):
+        kwargs.pop("standalone_mode", None)
         try:
             return super().main(*args, standalone_mode=False, **kwargs)
         except click.UsageError as exc:

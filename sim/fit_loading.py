@@ -65,7 +65,7 @@ def read_observations(paths: list[str], scn: Scenario) -> list[Observation]:
                 if v is None:
                     continue
                 if q == "link_gbps" and scn.machines[name].kind != "discrete":
-                    raise ScenarioError(path, f"row {i}.link_gbps", f"{name} has unified memory: no PCIe link to measure")
+                    raise ScenarioError(path, f"row {i}.link_gbps", f"{name} has unified memory: no PCIe link")
                 obs.append(Observation(name, q, v, file_gb, path))
     if not obs:
         raise ScenarioError(", ".join(paths), "", "no measured rates: expected cold_gbps, hot_gbps or link_gbps values")

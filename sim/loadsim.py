@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from .hardware import StageCosts
 from . import loading
+from .hardware import StageCosts
 from .loading import ChunkPlan, link_rates
 from .pagecache import PageCache
 from .units import GB

@@ -147,3 +147,48 @@ def test_breakeven_out_writes_evaluations(tmp_path):
                "--out", str(tmp_path / "b"))
     assert r.exit_code == 0
     assert sorted(os.listdir(tmp_path / "b")) == ["evaluations.csv", "summary.json"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run"], "Missing argument"),
+    (["run", HOME_LAB, "--bogus"], "No such option"),
+    (["run", HOME_LAB, "--seed", "-1"], "--seed"),
+    (["run", HOME_LAB, "--out", HOME_LAB], "is a file"),
+])
+def test_usage_errors_are_one_line_exit_2(args, words):
+    r = CliRunner().invoke(main, args, standalone_mode=True)
+    assert r.exit_code == 2
+    line = r.stderr.strip()
+    assert line.startswith("sim: error:") and "\n" not in line and words in line
+
+
+def test_impossible_simulation_exits_1_naming_the_file():
+    r = CliRunner().invoke(main, ["run", HOME_LAB, "--set", "gpus.rtx4090.vram_gib=1"])
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"sim: error: {HOME_LAB}: jobs.long_resident.resident_on:")
+
+
+def test_internal_errors_are_one_line(monkeypatch):
+    import sim.runner
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(sim.runner, "run", broken)
+    monkeypatch.delenv("SIM_DEBUG", raising=False)
+    r = CliRunner().invoke(main, ["run", HOME_LAB])
+    assert r.exit_code == 70 and "internal error: RuntimeError: boom" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_fit_loading_warns_about_poor_fits(tmp_path):
+    import yaml
+
+    raw = yaml.safe_load(open(HOME_LAB))
+    raw["calibrations"] = []
+    raw["machines"]["mining_box"]["disk"] = "rtx4090_box_disk"  # one disk for two machines that measured differently
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    from conftest import CALIBRATION
+
+    r = CliRunner().invoke(main, ["fit-loading", str(path), "--table", os.path.join(CALIBRATION, "loading_stages.csv")])
+    assert r.exit_code == 0 and "sim: warning: mining_box cold_gbps fits" in r.stderr

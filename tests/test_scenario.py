@@ -186,3 +186,51 @@ def test_schema_does_not_require_calibrated_values():
     defs = json_schema()["$defs"]
     assert "read_gbps" not in defs["Disk"].get("required", [])
     assert "s_per_gb" not in defs["Loader"].get("required", [])
+
+
+@pytest.mark.parametrize("override, words", [
+    ("jobs.long_with_load.tokens=true", "not the boolean"),
+    ("machines.rtx4090_box.page_cache_gib=yes", "not the boolean"),
+    ("models.v1.5.weights_gib=3", "no key '5'"),
+    ("loading.chunk_mib=1.5", None),
+    ("models.9B.weights_gib=30000", "at most 100,000 chunks"),
+    ("disks.mac_ssd.latency_s=1e308", "less than or equal to 60"),
+])
+def test_more_bad_values(override, words):
+    if words is None:
+        load_scenario(HOME_LAB, [override])
+        return
+    with pytest.raises(ScenarioError, match=words):
+        load_scenario(HOME_LAB, [override])
+
+
+def test_names_with_dots_are_rejected(tmp_path):
+    path = write_scenario(tmp_path, lambda r: r["models"].update({"v1.5": {"weights_gib": 3}}))
+    with pytest.raises(ScenarioError, match="without dots") as err:
+        load_scenario(path)
+    assert err.value.path == "models.v1.5"
+
+
+def test_error_inside_the_scenario_is_not_blamed_on_the_calibration(tmp_path):
+    path = write_scenario(tmp_path, lambda r: r["machines"]["rtx4090_box"].update(gpus={}))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert err.value.source == path and err.value.path == "machines.rtx4090_box"
+
+
+def test_unattributable_error_mentions_the_overrides():
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(HOME_LAB, ["models={}"])
+    assert "--set models={}" in err.value.source
+
+
+def test_resident_models_that_do_not_fit_together():
+    import numpy as np
+
+    from sim.errors import SimulationError
+    from sim.labsim import run_jobs
+
+    scn, _ = load_scenario(HOME_LAB, ["models.9C.weights_gib=20", "machines.rtx4090_box.resident_models=[9B, 9C]",
+                                      "dispatch.isolation=shared", "jobs.long_resident.resident_on=null"])
+    with pytest.raises(SimulationError, match="do not fit .* together"):
+        run_jobs(scn, np.random.default_rng(0))

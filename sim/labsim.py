@@ -94,43 +94,45 @@ class Lab:
             costs = stage_costs(scn, spec)
             rig = Rig.build(self.env, costs, cache, [t.name for t in targets if t.link_gbps], disks[spec.disk])
             links = [t.link_gbps for t in targets if t.link_gbps]
-            ms = MachineState(name, spec, targets, rig, simpy.Resource(self.env, 1), Residency(targets),
-                              Projection(spec.busy_until_s, Residency(targets), cache),
-                              min(links) if links else costs.disk_gbps)
+            residency = Residency(targets)
             for model in spec.page_cache_models:
-                cache.warm(model, self.plan(ms, model).sizes)
+                cache.warm(model, self.plan(residency, model).sizes)
             for i, model in enumerate(spec.resident_models):
-                if not self.fits(ms, model) and spec.on_overflow == "error":
-                    raise SimulationError(f"machines.{name}.resident_models.{i}: {self._no_fit(ms, model)}")
-                self._make_resident(ms.residency, ms, model, unload=True)
-                if len(ms.residency.models) < i + 1:
+                if not self._fits(residency, model) and spec.on_overflow == "error":
+                    raise SimulationError(f"machines.{name}.resident_models.{i}: {self._no_fit(residency, model)}")
+                self._make_resident(residency, model)
+                if len(residency.models) < i + 1:
                     raise SimulationError(f"machines.{name}.resident_models: {', '.join(spec.resident_models)} do not "
-                                          f"fit in {ms.residency.capacity_bytes() / GIB:.1f} GiB together")
-            ms.projection = Projection(spec.busy_until_s, ms.residency.copy(), cache.copy())
+                                          f"fit in {residency.capacity_bytes() / GIB:.1f} GiB together")
+            ms = MachineState(name, spec, targets, rig, simpy.Resource(self.env, 1), residency,
+                              Projection(spec.busy_until_s, residency.copy(), cache.copy()),
+                              min(links) if links else costs.disk_gbps)
             if spec.busy_until_s > 0:
                 self.env.process(self._busy(ms, spec.busy_until_s))
             self.machines[name] = ms
         self.records: list[JobRecord] = []
 
     # -- mechanism glue ------------------------------------------------------------------------------------------
-    def plan(self, ms: MachineState, model: str, free: list[float] | None = None) -> loading.ChunkPlan:
+    def plan(self, residency: Residency, model: str, free: list[float] | None = None) -> loading.ChunkPlan:
+        """Chunks of ``model`` over the residency's memory targets, given free bytes per target (default: all)."""
         spec = self.scn.models[model]
         chunk = self.scn.loading.chunk_mib * MIB
-        free = free if free is not None else [t.capacity_bytes for t in ms.targets]
-        return loading.plan_chunks(model, model_bytes(self.scn, model), spec.tensors, chunk, ms.targets, free)
+        targets = residency.targets
+        free = free if free is not None else [t.capacity_bytes for t in targets]
+        return loading.plan_chunks(model, model_bytes(self.scn, model), spec.tensors, chunk, targets, free)
 
-    def _make_resident(self, residency: Residency, ms: MachineState, model: str, unload: bool) -> loading.ChunkPlan:
-        plan = self.plan(ms, model, residency.free_for(model_bytes(self.scn, model), unload=unload))
-        if unload:
-            residency.add(model, plan)
+    def _make_resident(self, residency: Residency, model: str) -> loading.ChunkPlan:
+        """Unload least-recently-used models until ``model`` fits (or spills), place it, return its plan."""
+        plan = self.plan(residency, model, residency.make_room(model_bytes(self.scn, model)))
+        residency.add(model, plan)
         return plan
 
-    def fits(self, ms: MachineState, model: str) -> bool:
-        return model_bytes(self.scn, model) <= ms.residency.capacity_bytes() * (1 + 1e-12)
+    def _fits(self, residency: Residency, model: str) -> bool:
+        return model_bytes(self.scn, model) <= residency.capacity_bytes() * (1 + 1e-12)
 
-    def _no_fit(self, ms: MachineState, model: str) -> str:
+    def _no_fit(self, residency: Residency, model: str) -> str:
         return (f"{model} needs {model_bytes(self.scn, model) / GIB:.1f} GiB, "
-                f"{ms.residency.capacity_bytes() / GIB:.1f} GiB usable (on_overflow: error)")
+                f"{residency.capacity_bytes() / GIB:.1f} GiB usable (on_overflow: error)")
 
     def _predict(self, ms: MachineState, model: str, commit: bool) -> tuple[float, float]:
         """(load seconds, spilled bytes) the mechanism predicts on the projected state; ``commit`` applies the job."""
@@ -141,7 +143,7 @@ class Lab:
             return 0.0, proj.residency.spilled_bytes(model)
         residency = proj.residency if commit else proj.residency.copy()
         cache = proj.page_cache if commit else proj.page_cache.copy()
-        plan = self._make_resident(residency, ms, model, unload=True)
+        plan = self._make_resident(residency, model)
         cached = np.array([cache.read((plan.file, i), float(size)) for i, size in enumerate(plan.sizes)], dtype=bool)
         times = loading.stage_times(plan, ms.rig.costs, cached)
         return loading.load_time(times, self.scn.loading.composition, self.scn.loading.buffer_chunks), \
@@ -155,8 +157,8 @@ class Lab:
         rate = ms.spec.decode_tok_s.get(job.model)
         if rate is None:
             return Estimate(ms.name, False, why_not=f"no decode rate for {job.model}")
-        if not self.fits(ms, job.model) and ms.spec.on_overflow == "error":
-            return Estimate(ms.name, False, why_not=self._no_fit(ms, job.model))
+        if not self._fits(ms.residency, job.model) and ms.spec.on_overflow == "error":
+            return Estimate(ms.name, False, why_not=self._no_fit(ms.residency, job.model))
         load_s, spilled = self._predict(ms, job.model, commit=False)
         rate = decode_tok_s(rate, spilled, ms.stream_gbps)
         wait = max(0.0, ms.projection.free_at_s - self.env.now)
@@ -178,7 +180,7 @@ class Lab:
 
     def run_load(self, ms: MachineState, model: str):
         """simpy process: make ``model`` resident on ``ms`` through the load pipeline."""
-        plan = self._make_resident(ms.residency, ms, model, unload=True)
+        plan = self._make_resident(ms.residency, model)
         result = yield self.env.process(load(ms.rig, plan, model, self.scn.loading.composition,
                                              self.scn.loading.buffer_chunks, self.exclusive_loads))
         return result

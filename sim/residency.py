@@ -40,15 +40,13 @@ class Residency:
             used += p.placed
         return [t.capacity_bytes - u for t, u in zip(self.targets, used, strict=True)]
 
-    def free_for(self, need: float, unload: bool) -> list[float]:
-        """Free bytes per target once least-recently-used models are unloaded until ``need`` bytes fit."""
+    def make_room(self, need: float) -> list[float]:
+        """Unload least-recently-used models until ``need`` bytes fit (or none is left); free bytes per target."""
         free = self.free_bytes()
         for victim in list(self.models):
             if sum(free) >= need:
                 break
-            free = [f + b for f, b in zip(free, self.models[victim].placed, strict=True)]
-            if unload:
-                del self.models[victim]
+            free = [f + b for f, b in zip(free, self.models.pop(victim).placed, strict=True)]
         return free
 
     def touch(self, model: str) -> None:

@@ -66,6 +66,8 @@ def _check_names(scn: Scenario, model: str, a: str, b: str) -> None:
     for flag, name in (("--a", a), ("--b", b)):
         if name not in scn.machines:
             raise unknown(flag, name, list(scn.machines), "machine")
+        if scn.machines[name].disk is None:
+            raise ScenarioError(flag, f"machines.{name}.disk", "no disk: this machine cannot load models")
         if model not in scn.machines[name].decode_tok_s:
             raise ScenarioError(flag, f"machines.{name}.decode_tok_s", f"no decode rate for model '{model}'")
     if a == b:

@@ -67,6 +67,11 @@ def memory_targets(scn: Scenario, machine: Machine) -> list[MemoryTarget]:
     return out
 
 
+def has_load_path(machine: Machine) -> bool:
+    """A machine can load weights when it names a disk (and so, once validated, has loader costs)."""
+    return machine.disk is not None
+
+
 def stage_costs(scn: Scenario, machine: Machine) -> StageCosts:
     disk = scn.disks[machine.disk]
     return StageCosts(disk.read_gbps, disk.latency_s, machine.loader.s_per_gb, machine.loader.s_per_tensor)

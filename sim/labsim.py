@@ -20,7 +20,7 @@ from . import loading
 from .decode import decode_tok_s
 from .dispatch import Decision, Estimate, decide
 from .errors import SimulationError
-from .hardware import MemoryTarget, memory_targets, model_bytes, stage_costs
+from .hardware import MemoryTarget, has_load_path, memory_targets, model_bytes, stage_costs
 from .loadsim import LoadResult, Rig, load
 from .pagecache import PageCache
 from .residency import Residency
@@ -89,6 +89,8 @@ class Lab:
         disks = {name: simpy.Resource(self.env, 1) for name in scn.disks}
         self.machines: dict[str, MachineState] = {}
         for name, spec in scn.machines.items():
+            if not has_load_path(spec):
+                continue  # a machine with no disk takes no jobs
             targets = memory_targets(scn, spec)
             cache = PageCache(spec.page_cache_gib * GIB)
             costs = stage_costs(scn, spec)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .hardware import link_info
+from .hardware import has_load_path, link_info
 from .labsim import JobRecord, run_jobs
 from .probes import ProbeReport, link_metrics, probe_machine, probe_metrics
 from .scenario import Scenario
@@ -33,7 +33,8 @@ def report_model(scn: Scenario) -> str | None:
 def run(scn: Scenario, seed: int) -> RunResult:
     rng = np.random.default_rng(seed)
     model = report_model(scn)
-    probes = [probe_machine(scn, name, model) for name in scn.machines] if model else []
+    loaders = [name for name, m in scn.machines.items() if has_load_path(m)]
+    probes = [probe_machine(scn, name, model) for name in loaders] if model else []
     jobs = run_jobs(scn, rng)
     res = RunResult(scn, seed, probes, jobs)
     res.metrics = flat_metrics(res)

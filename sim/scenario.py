@@ -93,12 +93,48 @@ class Loader(Strict):
     s_per_tensor: float = Field(0.0, ge=0, description="Host-side loader cost per tensor (s).")
 
 
+class StepCost(Strict):
+    """Decode step-time mechanism of an expert-offloading engine (sim.stepcost); every value fitted, in seconds."""
+
+    dense_s: float | None = Field(None, gt=0, description="GPU time of a verification step outside routed experts (s).")
+    gpu_expert_s: float | None = Field(None, ge=0, description="GPU time per resident expert a step touches (s).")
+    cpu_expert_s: float | None = Field(None, gt=0, description="Host CPU time per missed expert it computes (s).")
+    pcie_latency_s: float | None = Field(None, ge=0, description="Fixed cost of a layer that reads experts over PCIe (s).")
+    graph_break_s: float | None = Field(
+        None, ge=0, description="Cost of a step that cannot run fully resident: it leaves the fused GPU path (s).")
+    host_s: float = Field(0.0, ge=0, description="Host time per step with the GPU idle (sampling, scheduling) (s).")
+
+
+class Power(Strict):
+    idle_w: float = Field(ge=0, description="GPU power while idle (W).")
+    busy_w: float = Field(ge=0, description="GPU power while computing (W).")
+    stalled_w: float = Field(ge=0, description="GPU power while busy but waiting for experts (W).")
+
+
+class Engine(Strict):
+    """An expert-offloading serving engine on one GPU of a machine."""
+
+    model: str = Field(description="Key of the MoE model it serves.")
+    gpu: str = Field(description="Key of the machine's GPU it runs on.")
+    overhead_gib: float = Field(ge=0, description="Fixed VRAM outside the expert cache: dense weights, KV, context (GiB).")
+    cache_reserve_mib: float = Field(700, ge=0, description="VRAM the engine keeps free (MiB).")
+    expert_cache: Literal["auto"] | int = Field(
+        "auto", description="Slots of the expert cache, or auto: sized from the VRAM free at start.")
+    policy: Literal["static", "lru", "lfu"] = Field("static", description="Expert-cache policy.")
+    profile_seed: int | None = Field(
+        None, ge=0, description="Static profile built on another workload (its popularity seed); default: the served one.")
+    prefill_tok_s: float = Field(gt=0, description="Prompt tokens read per second (tok/s).")
+    step: StepCost = StepCost()
+    power: Power | None = None
+
+
 class Machine(Strict):
     kind: Literal["discrete", "unified"] = Field(
         "discrete", description="discrete: GPUs behind PCIe; unified: Apple-style unified memory, no PCIe stage.")
-    disk: str = Field(description="Key of a disk under 'disks' holding the model files.")
-    page_cache_gib: float = Field(ge=0, description="Host RAM available to the page cache (GiB).")
-    loader: Loader
+    disk: str | None = Field(None, description="Key of a disk under 'disks' holding the model files (none: no loads).")
+    page_cache_gib: float = Field(0.0, ge=0, description="Host RAM available to the page cache (GiB).")
+    loader: Loader = Loader()
+    engine: Engine | None = Field(None, description="An expert-offloading engine serving an MoE model.")
     gpus: dict[str, Gpu] = Field(default_factory=dict, description="GPUs of a discrete machine, by name.")
     unified_memory_gib: float | None = Field(None, gt=0, description="Unified memory usable for weights (GiB).")
     decode_tok_s: dict[str, PositiveFloat] = Field(
@@ -124,9 +160,43 @@ class Machine(Strict):
         return self
 
 
+class Routing(Strict):
+    """Expert popularity of the served workload (see sim.routing)."""
+
+    exponent: float = Field(1.0, ge=0, le=5, description="Zipf exponent of expert popularity per layer (0: uniform).")
+    locality: float = Field(0.0, ge=0, lt=1, description="Probability a lookup repeats the previous token's expert.")
+    drift_weight: float = Field(0.0, ge=0, le=1, description="Share of a request's lookups on its own hot set.")
+    drift_hot_experts: int = Field(0, ge=0, description="Experts per layer in a request's own hot set.")
+    popularity_seed: int = Field(0, ge=0, description="Which permutation of expert ids per layer the workload uses.")
+
+
+class Draft(Strict):
+    tokens: int = Field(0, ge=0, le=16, description="Draft tokens proposed per verification step (0: no drafting).")
+    acceptance: float = Field(0.0, ge=0, lt=1, description="Probability each draft token is accepted (fraction).")
+    head_mib: float = Field(0.0, ge=0, description="VRAM the draft head reserves (MiB).")
+
+
+class Moe(Strict):
+    layers: int = Field(gt=0, description="MoE layers.")
+    experts_per_layer: int = Field(gt=0, description="Routed experts per layer.")
+    top_k: int = Field(gt=0, description="Experts routed per token per layer.")
+    expert_mib: float = Field(gt=0, description="Bytes of one expert, i.e. one cache slot (MiB).")
+    routing: Routing = Routing()
+    draft: Draft = Draft()
+
+    @model_validator(mode="after")
+    def _k_fits(self) -> Moe:
+        if self.top_k > self.experts_per_layer:
+            raise ValueError("top_k cannot exceed experts_per_layer")
+        if self.routing.drift_hot_experts > self.experts_per_layer:
+            raise ValueError("routing.drift_hot_experts cannot exceed experts_per_layer")
+        return self
+
+
 class ModelSpec(Strict):
     weights_gib: float = Field(gt=0, le=65536, description="Bytes of weights to load (GiB).")
     tensors: int = Field(0, ge=0, description="Tensors in the weight files (loader per-tensor cost).")
+    moe: Moe | None = Field(None, description="Mixture-of-experts geometry, when the model has routed experts.")
 
 
 class TieBreak(Strict):
@@ -154,6 +224,16 @@ class Job(Strict):
         None, description="per_job isolation only: machines where the model is resident when this job starts.")
 
 
+class Serve(Strict):
+    """Single-stream requests served by a machine's engine, one after another."""
+
+    machine: str = Field(description="Machine whose engine serves the requests.")
+    requests: int = Field(100, gt=0, le=1_000_000, description="Number of requests.")
+    output_tokens_min: int = Field(150, gt=0, description="Shortest generation (tokens); lengths are uniform.")
+    output_tokens_max: int = Field(260, gt=0, description="Longest generation (tokens).")
+    prompt_tokens: int = Field(26, ge=0, description="Prompt tokens of each request.")
+
+
 class Report(Strict):
     load_model: str | None = Field(None, description="Model whose cold/hot/link load each machine reports.")
 
@@ -166,12 +246,13 @@ class Scenario(Strict):
     seed: int = Field(0, ge=0, description="Default seed; --seed overrides.")
     pcie: Pcie = Pcie()
     loading: LoadingConfig = LoadingConfig()
-    disks: dict[str, Disk]
+    disks: dict[str, Disk] = Field(default_factory=dict)
     gpus: dict[str, GpuType] = Field(default_factory=dict)
     models: dict[str, ModelSpec]
     machines: dict[str, Machine]
     dispatch: Dispatch = Dispatch()
     jobs: dict[str, Job] = Field(default_factory=dict)
+    serve: Serve | None = None
     report: Report = Report()
 
 
@@ -199,9 +280,19 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
         if d.read_gbps is None:
             errs.append((f"disks.{dname}.read_gbps", None, _CALIBRATED))
     for mname, m in s.machines.items():
-        need(f"machines.{mname}.disk", m.disk, s.disks, "a disk")
-        if m.loader.s_per_gb is None:
-            errs.append((f"machines.{mname}.loader.s_per_gb", None, _CALIBRATED))
+        if m.disk is not None:
+            need(f"machines.{mname}.disk", m.disk, s.disks, "a disk")
+            if m.loader.s_per_gb is None:
+                errs.append((f"machines.{mname}.loader.s_per_gb", None, _CALIBRATED))
+        if m.engine is not None:
+            e, p = m.engine, f"machines.{mname}.engine"
+            need(f"{p}.model", e.model, s.models, "a model")
+            need(f"{p}.gpu", e.gpu, m.gpus, "a GPU of this machine")
+            if e.model in s.models and s.models[e.model].moe is None:
+                errs.append((f"{p}.model", e.model, "a model with an 'moe' section"))
+            for field, value in e.step:
+                if value is None:
+                    errs.append((f"{p}.step.{field}", None, _CALIBRATED))
         for gname, g in m.gpus.items():
             need(f"machines.{mname}.gpus.{gname}.type", g.type, s.gpus, "a GPU type")
             card = s.gpus.get(g.type)
@@ -226,6 +317,12 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
             errs.append((f"jobs.{jname}.resident_on", j.resident_on, "only with dispatch.isolation: per_job"))
     for i, key in enumerate(s.dispatch.tie_break.order):
         need(f"dispatch.tie_break.order.{i}", key, s.machines, "a machine")
+    if s.serve is not None:
+        need("serve.machine", s.serve.machine, s.machines, "a machine")
+        if s.serve.machine in s.machines and s.machines[s.serve.machine].engine is None:
+            errs.append(("serve.machine", s.serve.machine, "a machine with an 'engine'"))
+        if s.serve.output_tokens_max < s.serve.output_tokens_min:
+            errs.append(("serve.output_tokens_max", s.serve.output_tokens_max, "at least output_tokens_min"))
     if s.report.load_model is not None:
         need("report.load_model", s.report.load_model, s.models, "a model")
     return errs

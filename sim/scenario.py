@@ -99,7 +99,8 @@ class StepCost(Strict):
     dense_s: float | None = Field(None, gt=0, description="GPU time of a verification step outside routed experts (s).")
     gpu_expert_s: float | None = Field(None, ge=0, description="GPU time per resident expert a step touches (s).")
     cpu_expert_s: float | None = Field(None, gt=0, description="Host CPU time per missed expert it computes (s).")
-    pcie_latency_s: float | None = Field(None, ge=0, description="Fixed cost of a layer that reads experts over PCIe (s).")
+    pcie_latency_s: float | None = Field(
+        None, ge=0, description="Fixed cost of a layer that reads experts over PCIe (s).")
     graph_break_s: float | None = Field(
         None, ge=0, description="Cost of a step that cannot run fully resident: it leaves the fused GPU path (s).")
     host_s: float = Field(0.0, ge=0, description="Host time per step with the GPU idle (sampling, scheduling) (s).")
@@ -116,13 +117,14 @@ class Engine(Strict):
 
     model: str = Field(description="Key of the MoE model it serves.")
     gpu: str = Field(description="Key of the machine's GPU it runs on.")
-    overhead_gib: float = Field(ge=0, description="Fixed VRAM outside the expert cache: dense weights, KV, context (GiB).")
+    overhead_gib: float = Field(
+        ge=0, description="Fixed VRAM outside the expert cache: dense weights, KV, context (GiB).")
     cache_reserve_mib: float = Field(700, ge=0, description="VRAM the engine keeps free (MiB).")
     expert_cache: Literal["auto"] | int = Field(
         "auto", description="Slots of the expert cache, or auto: sized from the VRAM free at start.")
     policy: Literal["static", "lru", "lfu"] = Field("static", description="Expert-cache policy.")
     profile_seed: int | None = Field(
-        None, ge=0, description="Static profile built on another workload (its popularity seed); default: the served one.")
+        None, ge=0, description="Static profile built on another workload (its popularity seed); default: served one.")
     prefill_tok_s: float = Field(gt=0, description="Prompt tokens read per second (tok/s).")
     step: StepCost = StepCost()
     power: Power | None = None

@@ -65,7 +65,7 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     slots = min(slots, total)
     r = moe.routing
     law = RoutingLaw(moe.layers, moe.experts_per_layer, moe.top_k, r.exponent, r.locality, r.drift_weight,
-                     r.drift_hot_experts)
+                     r.drift_hot_experts, r.drift_concentration)
     popularity = layer_popularity(law, np.random.default_rng(r.popularity_seed))
     if e.policy == "static":
         profile = popularity if e.profile_seed is None else layer_popularity(law, np.random.default_rng(e.profile_seed))

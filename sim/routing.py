@@ -10,7 +10,8 @@ hits with probability equal to their popularity mass; this is the law the analyt
   layer and position (consecutive tokens share experts);
 - per-request drift: each request has its own hot set of ``drift_hot_experts`` experts per layer, drawn uniformly, and
   a share ``drift_weight`` of its lookups falls on that set, so requests differ from the global profile and from each
-  other (real traces are not a pure Zipf law).
+  other (real traces are not a pure Zipf law); with ``drift_concentration`` > 0 each request draws its own share from
+  a Beta law of that mean and concentration (lower: requests differ more, some far off the profile).
 
 Sampling uses Walker/Vose alias tables, one per layer, built once: a lookup is one random number (its integer part
 picks a column, its fraction decides column or alias) and two gathers, for a whole batch of tokens at once with numpy
@@ -33,6 +34,7 @@ class RoutingLaw:
     locality: float = 0.0  # probability that a lookup repeats the previous token's expert (same layer, position)
     drift_weight: float = 0.0  # share of a request's lookups that fall on its own hot set
     drift_hot_experts: int = 0  # experts per layer in a request's hot set
+    drift_concentration: float = 0.0  # >0: each request draws its weight from Beta(drift_weight, concentration)
 
 
 def zipf_weights(experts: int, exponent: float) -> np.ndarray:
@@ -90,6 +92,7 @@ class RequestRouter:
     tables: AliasTables
     rng: np.random.Generator
     hot_set: np.ndarray | None = None  # [layers, drift_hot_experts] flat ids
+    drift_weight: float = 0.0  # this request's share of lookups on its hot set
     last: np.ndarray | None = None  # [layers, top_k] flat ids of the previous token
 
     def __post_init__(self) -> None:
@@ -104,7 +107,11 @@ class RequestRouter:
             keys = rng.random((law.layers, law.experts))
             hot = np.argpartition(keys, law.drift_hot_experts - 1, axis=1)[:, :law.drift_hot_experts]
             hot = (hot + (np.arange(law.layers) * law.experts)[:, None]).astype(np.int32)
-        return cls(law, tables, rng, hot)
+        weight = law.drift_weight
+        if hot is not None and law.drift_concentration > 0 and 0 < weight < 1:
+            c = law.drift_concentration
+            weight = float(rng.beta(weight * c, (1 - weight) * c))
+        return cls(law, tables, rng, hot, weight)
 
     def next_tokens(self, tokens: int) -> np.ndarray:
         """[tokens, layers, top_k] expert ids (layer-major flat ids: layer * experts + expert) for the next tokens."""
@@ -123,7 +130,7 @@ class RequestRouter:
                 # a share drift_weight of the fresh lookups falls on the request's hot set; reuse the alias draw's
                 # fractional part as the uniform index into it
                 from_hot = mode >= law.locality
-                from_hot &= (mode - law.locality) < law.drift_weight * (1.0 - law.locality)
+                from_hot &= (mode - law.locality) < self.drift_weight * (1.0 - law.locality)
                 pick = ((u - col) * law.drift_hot_experts).astype(np.int32)
                 np.minimum(pick, law.drift_hot_experts - 1, out=pick)
                 hot_ids = self.hot_set[self._layer_index, pick]

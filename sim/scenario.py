@@ -169,6 +169,9 @@ class Routing(Strict):
     locality: float = Field(0.0, ge=0, lt=1, description="Probability a lookup repeats the previous token's expert.")
     drift_weight: float = Field(0.0, ge=0, le=1, description="Share of a request's lookups on its own hot set.")
     drift_hot_experts: int = Field(0, ge=0, description="Experts per layer in a request's own hot set.")
+    drift_concentration: float = Field(
+        0.0, ge=0, description="0: every request has drift_weight; >0: each draws it from a Beta law of that mean and "
+        "this concentration (lower: requests differ more).")
     popularity_seed: int = Field(0, ge=0, description="Which permutation of expert ids per layer the workload uses.")
 
 

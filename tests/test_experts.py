@@ -113,3 +113,21 @@ def test_lfu_keeps_the_hot_set_under_a_stationary_law():
     static = static_hit_rate(static_cache(pop, 32), pop)
     assert lfu == pytest.approx(static, abs=0.03)
     assert lfu > lru_hits(ids, 32)[5000:].mean()
+
+
+def test_drift_concentration_spreads_requests_around_the_mean_weight():
+    fixed = RoutingLaw(layers=8, experts=128, top_k=4, exponent=1.15, drift_weight=0.2, drift_hot_experts=8)
+    spread = RoutingLaw(layers=8, experts=128, top_k=4, exponent=1.15, drift_weight=0.2, drift_hot_experts=8,
+                        drift_concentration=2.0)
+    pop = layer_popularity(fixed, np.random.default_rng(0))
+    tables = AliasTables.build(pop)
+    weights = [RequestRouter.start(spread, tables, np.random.default_rng(s)).drift_weight for s in range(400)]
+    assert np.mean(weights) == pytest.approx(0.2, abs=0.035) and np.std(weights) > 0.15  # 3 standard errors
+    assert RequestRouter.start(fixed, tables, np.random.default_rng(0)).drift_weight == 0.2
+    mask = static_cache(pop, 8 * 30)
+
+    def spread_of(law):
+        return np.std([mask[RequestRouter.start(law, tables, np.random.default_rng(s)).next_tokens(1000)].mean()
+                       for s in range(40)])
+
+    assert spread_of(spread) > 2 * spread_of(fixed)

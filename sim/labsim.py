@@ -146,14 +146,10 @@ class Lab:
         residency = proj.residency if commit else proj.residency.copy()
         cache = proj.page_cache if commit else proj.page_cache.copy()
         plan = self._make_resident(residency, model)
-        cached = np.array([cache.read((plan.file, i), float(size)) for i, size in enumerate(plan.sizes)], dtype=bool)
+        cached = cache.read_all(plan.file, plan.sizes)
         times = loading.stage_times(plan, ms.rig.costs, cached)
         return loading.load_time(times, self.scn.loading.composition, self.scn.loading.buffer_chunks), \
             plan.spilled_bytes
-
-    def predict_load_s(self, ms: MachineState, model: str) -> float:
-        """Load time the loading mechanism predicts for the next job on ``ms`` (0 when it will be resident)."""
-        return self._predict(ms, model, commit=False)[0]
 
     def estimate(self, ms: MachineState, job: Job) -> Estimate:
         rate = ms.spec.decode_tok_s.get(job.model)

@@ -93,9 +93,9 @@ def _loader_step(rig: Rig, plan: ChunkPlan, i: int, res: LoadResult):
 
 
 def _link_step(rig: Rig, plan: ChunkPlan, rates: np.ndarray, i: int, res: LoadResult):
-    k = int(plan.target[i])
-    if k < 0 or not np.isfinite(rates[i]):
+    if not np.isfinite(rates[i]):  # spilled to host RAM, or unified memory: no link to cross
         return
+    k = int(plan.target[i])
     t = float(plan.sizes[i]) / GB / float(rates[i])
     asked = rig.env.now
     with rig.links[plan.targets[k].name].request() as req:
@@ -106,7 +106,8 @@ def _link_step(rig: Rig, plan: ChunkPlan, rates: np.ndarray, i: int, res: LoadRe
     res.bytes_over_link += float(plan.sizes[i])
 
 
-def _exclusive_load(rig: Rig, plan: ChunkPlan, composition: str, buffer_chunks: int, res: LoadResult):
+def _exclusive_load(rig: Rig, plan: ChunkPlan, rates: np.ndarray, composition: str, buffer_chunks: int,
+                    res: LoadResult):
     """The whole load as one event: valid when no other load can use this disk or these links meanwhile.
 
     The page cache sees the same reads in the same order and the stage times come from the same mechanism, so
@@ -114,9 +115,9 @@ def _exclusive_load(rig: Rig, plan: ChunkPlan, composition: str, buffer_chunks: 
     a load that broke the assumption would wait rather than overlap unnoticed.
     """
     env = rig.env
-    cached = np.array([rig.page_cache.read((plan.file, i), float(s)) for i, s in enumerate(plan.sizes)], dtype=bool)
+    cached = rig.page_cache.read_all(plan.file, plan.sizes)
     times = loading.stage_times(plan, rig.costs, cached)
-    crosses = np.isfinite(link_rates(plan)) & (plan.target >= 0)
+    crosses = np.isfinite(rates)  # spilled chunks and unified memory have an infinite "link"
     res.disk_s, res.loader_s, res.link_s = float(times.disk.sum()), float(times.loader.sum()), float(times.link.sum())
     res.bytes_from_cache = float(plan.sizes[cached].sum())
     res.bytes_from_disk = float(plan.sizes[~cached].sum())
@@ -140,7 +141,7 @@ def load(rig: Rig, plan: ChunkPlan, model: str, composition: str, buffer_chunks:
     res = LoadResult(model=model, bytes=plan.total_bytes, start_s=env.now, spilled_bytes=plan.spilled_bytes)
     rates = link_rates(plan)
     if exclusive:
-        yield from _exclusive_load(rig, plan, composition, buffer_chunks, res)
+        yield from _exclusive_load(rig, plan, rates, composition, buffer_chunks, res)
     elif composition == "serial":
         for i in range(plan.n):
             yield from _disk_step(rig, plan, i, res)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 
+import numpy as np
+
 
 class PageCache:
     """LRU cache of file chunks, sized in bytes.
@@ -60,10 +62,9 @@ class PageCache:
         other.used_bytes = self.used_bytes
         return other
 
-    def drop(self) -> None:
-        """``echo 3 > /proc/sys/vm/drop_caches``."""
-        self._chunks.clear()
-        self.used_bytes = 0.0
+    def read_all(self, file: Hashable, sizes: Iterable[float]) -> np.ndarray:
+        """Read a file's chunks in order (as a load does); boolean hits per chunk."""
+        return np.array([self.read((file, i), float(s)) for i, s in enumerate(sizes)], dtype=bool)
 
     def warm(self, file: Hashable, sizes: Iterable[float]) -> None:
         for i, size in enumerate(sizes):

@@ -7,26 +7,15 @@ different machines can be compared.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import ROOT, reference_loop_s  # puts the project on sys.path
 
-from sim.breakeven import breakeven  # noqa: E402
-from sim.runner import run  # noqa: E402
-from sim.scenario import load_scenario  # noqa: E402
+from sim.breakeven import breakeven
+from sim.runner import run
+from sim.scenario import load_scenario
 
-SCENARIO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios", "home_lab.yaml")
-
-
-def reference_loop_s() -> float:
-    """A fixed pure-Python workload (1e6 additions) as a machine-speed unit."""
-    start = time.perf_counter()
-    total = 0
-    for i in range(1_000_000):
-        total += i
-    return time.perf_counter() - start
+SCENARIO = f"{ROOT}/scenarios/home_lab.yaml"
 
 
 def best_of(fn, repeat: int = 5) -> float:

@@ -164,5 +164,40 @@ def fit_loading(scenario: str, tables: tuple[str, ...], out_file: str | None, as
         click.echo(text, nl=False)
 
 
+@main.command("fit-moe")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--tables", "tables_dir", type=click.Path(file_okay=False), default="calibration", show_default=True,
+              help="Folder holding strata_gen3_5090.csv, strata_parallel_slots.csv, strata_spill_buckets.csv.")
+@click.option("--requests", type=click.IntRange(min=20), default=150, show_default=True,
+              help="Simulated requests per round and evaluation.")
+@click.option("--max-evals", type=click.IntRange(min=1), default=400, show_default=True,
+              help="Simulations the search may run.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Common random numbers.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="Write the calibration YAML here (the scenario's calibrations: entry).")
+@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
+@user_errors
+def fit_moe(scenario: str, tables_dir: str, requests: int, max_evals: int, seed: int, out_file: str | None,
+            as_json: bool) -> None:
+    """Fit SCENARIO's expert-routing law and decode step costs to the Strata tables (both rounds simulated)."""
+    from .fit_moe import fit_moe as run_fit
+    from .fit_moe import moe_calibration_yaml, outside_tolerance
+    from .output import atomic_write_text, dumps
+
+    fit = run_fit(scenario, tables_dir, requests, seed, max_evals,
+                  log=None if as_json else (lambda msg: click.echo(msg, err=True)))
+    command = (f"sim fit-moe {scenario} --tables {tables_dir} --requests {requests} --max-evals {max_evals} "
+               f"--seed {seed}" + (f" --out {out_file}" if out_file else ""))
+    text = moe_calibration_yaml(fit, command)
+    for t in fit.targets:
+        if outside_tolerance(t):
+            click.echo(f"sim: warning: {t['target']} fits at {t['simulated']} against {t['measured']} measured "
+                       f"(tolerance {t['tolerance']:g})", err=True)
+    if out_file:
+        atomic_write_text(out_file, text)
+    click.echo(dumps({"parameters": fit.parameters, "held": fit.held, "targets": fit.targets, "loss": fit.loss})
+               if as_json else text, nl=False)
+
+
 if __name__ == "__main__":
     main()

@@ -103,3 +103,21 @@ def lfu_hits(ids: np.ndarray, capacity: int) -> np.ndarray:
                 del resident[victim]
             resident[key] = n
     return hits.reshape(ids.shape)
+
+
+def home_tiers(profile: np.ndarray, slots: int, peer_slots: list[int], host_slots: int | None) -> np.ndarray:
+    """Where each expert (flat id) is served from when the VRAM cache does not hold it: ``0 .. P-1`` a peer GPU,
+    ``P`` host RAM, ``P + 1`` disk. Placement follows the ranked profile hottest-first, as the engine's start-up
+    does: the first ``slots`` fill the VRAM cache (host RAM keeps their copies, which an LRU cache may need), the next
+    ``peer_slots[0]`` go to the first peer GPU and so on, then host RAM holds up to ``host_slots`` (None: all) and
+    the rest stay on disk."""
+    order = np.argsort(-profile.ravel(), kind="stable")
+    peers = len(peer_slots)
+    tier = np.full(order.size, peers, dtype=np.int8)
+    pos = slots
+    for i, n in enumerate(peer_slots):
+        tier[order[pos:pos + n]] = i
+        pos += n
+    if host_slots is not None:
+        tier[order[pos + host_slots:]] = peers + 1
+    return tier

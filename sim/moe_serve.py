@@ -14,11 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from .expert_cache import auto_slots, che_hit_probabilities, static_cache
+from .expert_cache import auto_slots, che_hit_probabilities, home_tiers, static_cache
+from .expert_counts import CountSampler, draws_per_step, step_law
 from .hardware import link_info
-from .routing import AliasTables, RequestRouter, RoutingLaw, layer_popularity
+from .routing import AliasTables, RequestRouter, RoutingLaw, layer_popularity, request_popularity
 from .scenario import Engine, Moe, Scenario
-from .stepcost import StepParams, step_times, tokens_per_step
+from .stepcost import StepParams, StepTimes, expected_tokens_per_step, step_times, tokens_per_step
 from .units import GIB, MIB
 
 CHUNK_STEPS = 64
@@ -33,6 +34,7 @@ class EngineSetup:
     moe: Moe
     vram_gib: float
     tenants_gib: float
+    overhead_gib: float  # the engine's VRAM outside the expert cache
     free_gib: float  # free at start, before the expert cache
     slots: int
     law: RoutingLaw
@@ -40,6 +42,17 @@ class EngineSetup:
     tables: AliasTables
     resident: np.ndarray  # static policy: flat mask of cached experts; lru/lfu: per-expert hit probability
     params: StepParams
+    tier: np.ndarray  # flat: where an expert is served from when not in VRAM (0..P-1 peers, P host RAM, P+1 disk)
+    peer_slots: tuple[int, ...] = ()
+    host_slots: int | None = None  # experts host RAM holds (None: all)
+
+    @property
+    def peers(self) -> int:
+        return len(self.peer_slots)
+
+    @property
+    def expected_tokens_per_step(self) -> float:
+        return expected_tokens_per_step(self.moe.draft.tokens, self.moe.draft.acceptance)
 
     @property
     def coverage(self) -> float:
@@ -50,6 +63,15 @@ class EngineSetup:
         return self.slots * self.moe.expert_mib * MIB / GIB
 
 
+def engine_overhead_gib(e: Engine, moe: Moe) -> float:
+    """VRAM the engine holds outside its expert cache (GiB): as given, or dense weights + KV for the context +
+    runtime (CUDA context, activations)."""
+    if e.overhead_gib is not None:
+        return e.overhead_gib
+    kv = (moe.kv_kib_per_token or 0.0) * e.context_tokens * 1024 / GIB
+    return (moe.dense_gib or 0.0) + kv + e.runtime_gib
+
+
 def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     m = scn.machines[machine]
     e = m.engine
@@ -58,31 +80,48 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     assert moe is not None
     gpu = m.gpus[e.gpu]
     vram = scn.gpus[gpu.type].vram_gib
-    free = vram - gpu.reserved_gib - e.overhead_gib
+    overhead = engine_overhead_gib(e, moe)
+    free = vram - gpu.reserved_gib - overhead
     total = moe.layers * moe.experts_per_layer
     slots = auto_slots(free, moe.expert_mib, e.cache_reserve_mib, moe.draft.head_mib) if e.expert_cache == "auto" \
         else int(e.expert_cache)
     slots = min(slots, total)
     r = moe.routing
     law = RoutingLaw(moe.layers, moe.experts_per_layer, moe.top_k, r.exponent, r.locality, r.drift_weight,
-                     r.drift_hot_experts, r.drift_concentration)
+                     r.drift_hot_experts, r.drift_concentration, r.exponent_spread)
     popularity = layer_popularity(law, np.random.default_rng(r.popularity_seed))
+    profile = popularity if e.profile_seed is None else layer_popularity(law, np.random.default_rng(e.profile_seed))
     if e.policy == "static":
-        profile = popularity if e.profile_seed is None else layer_popularity(law, np.random.default_rng(e.profile_seed))
         resident = static_cache(profile, slots)
     elif e.policy == "lru":  # Che's approximation: each expert is resident with its characteristic-time probability
         resident = che_hit_probabilities(popularity.ravel(), slots)
     else:  # in-cache LFU under a stationary law keeps the most frequently used experts: a cache of the true profile
         resident = static_cache(popularity, slots)
+    peer_slots = []
+    for name, peer in e.peers.items():
+        g = m.gpus[name]
+        peer_free = scn.gpus[g.type].vram_gib - g.reserved_gib - peer.overhead_gib
+        peer_slots.append(auto_slots(peer_free, moe.expert_mib, peer.reserve_mib, 0.0) if peer.slots == "auto"
+                          else int(peer.slots))
+    host_slots = None if e.host_ram_gib is None else int(e.host_ram_gib * GIB // (moe.expert_mib * MIB))
+    tier = home_tiers(profile if e.policy == "static" else popularity, slots, peer_slots, host_slots)
     s = e.step
+    disk = scn.disks[m.disk] if e.host_ram_gib is not None and m.disk is not None else None
     params = StepParams(s.dense_s, s.gpu_expert_s, s.cpu_expert_s, s.pcie_latency_s, s.graph_break_s, s.host_s,
-                        link_info(scn, m, e.gpu).gbps, moe.expert_mib * MIB)
-    return EngineSetup(machine, e, moe, vram, gpu.reserved_gib, free, slots, law, popularity,
-                       AliasTables.build(popularity), resident, params)
+                        link_info(scn, m, e.gpu).gbps, moe.expert_mib * MIB, s.link_share, s.break_idle_share,
+                        s.break_mode, tuple(p.expert_s for p in e.peers.values()),
+                        tuple(p.latency_s for p in e.peers.values()),
+                        disk.read_gbps if disk is not None and disk.read_gbps else float("inf"),
+                        disk.latency_s if disk is not None else 0.0)
+    return EngineSetup(machine, e, moe, vram, gpu.reserved_gib, overhead, free, slots, law, popularity,
+                       AliasTables.build(popularity), resident, params, tier, tuple(peer_slots), host_slots)
 
 
 @dataclass
 class RequestRecord:
+    """One request's telemetry. Lookups count every position's routed expert; distinct counts (``routed``,
+    ``pcie_reads``...) count each expert once per verification step, as the engine fetches it once."""
+
     id: int
     prompt_tokens: int
     output_tokens: int
@@ -90,9 +129,14 @@ class RequestRecord:
     ttft_s: float
     decode_s: float
     lookups: int
-    hits: int
+    hits: int  # lookups served from the VRAM cache
+    peer_lookups: int  # ... by a peer GPU
+    disk_lookups: int  # ... from beyond host RAM (the rest: host RAM)
     routed: int  # distinct experts touched, summed over steps
-    pcie_reads: int
+    pcie_reads: int  # distinct experts read over PCIe (host RAM beyond the CPU window, and disk)
+    cpu_experts: int  # distinct experts the host CPU computed
+    peer_experts: int  # distinct experts peer GPUs computed
+    disk_reads: int  # distinct experts read from disk
     compute_s: float
     stall_s: float
     break_s: float
@@ -111,20 +155,90 @@ class RequestRecord:
         return self.output_tokens / self.decode_s if self.decode_s > 0 else float("inf")
 
 
-def decode_request(eng: EngineSetup, tokens: int, rng: np.random.Generator) -> dict[str, float]:
-    """Simulate the decode of one request of ``tokens`` generated tokens; returns its telemetry sums."""
+_SUMS = ("decode_s", "lookups", "hits", "peer_lookups", "disk_lookups", "routed", "pcie_reads", "cpu_experts",
+         "peer_experts", "disk_reads", "compute_s", "stall_s", "break_s", "idle_s")
+
+
+def _add_steps(acc: dict[str, float], t: StepTimes, **counts: int) -> None:
+    if acc["first_step_s"] < 0:
+        acc["first_step_s"] = float(t.total_s[0])
+    acc["decode_s"] += float(t.total_s.sum())
+    acc["pcie_reads"] += int(t.pcie_reads.sum())
+    acc["cpu_experts"] += int(t.cpu_experts.sum())
+    acc["compute_s"] += float(t.compute_s.sum())
+    acc["stall_s"] += float(t.stall_s.sum())
+    acc["break_s"] += float(t.break_s.sum())
+    acc["idle_s"] += float(t.host_s.sum())
+    for key, value in counts.items():
+        acc[key] += value
+
+
+def _steps_needed(made: np.ndarray, produced: int, tokens: int) -> tuple[int, int]:
+    """How many of these steps finish the request, and the tokens produced after them."""
+    done = np.cumsum(made) + produced
+    n = int(min(np.searchsorted(done, tokens) + 1, made.size))
+    return n, int(done[n - 1])
+
+
+def decode_request(eng: EngineSetup, tokens: int, rng: np.random.Generator, fidelity: str = "counts"
+                   ) -> dict[str, float]:
+    """Simulate the decode of one request of ``tokens`` generated tokens; returns its telemetry sums.
+
+    ``fidelity``: ``counts`` samples the distinct experts per layer-step (:mod:`sim.expert_counts`); ``lookups``
+    samples every lookup of every position."""
+    router = RequestRouter.start(eng.law, eng.tables, rng, eng.popularity)
+    acc: dict[str, float] = dict.fromkeys(_SUMS, 0)
+    acc["first_step_s"] = -1.0
+    if fidelity == "counts":
+        _decode_counts(eng, router, tokens, rng, acc)
+    else:
+        _decode_lookups(eng, router, tokens, rng, acc)
+    return acc
+
+
+def _decode_counts(eng: EngineSetup, router: RequestRouter, tokens: int, rng: np.random.Generator,
+                   acc: dict[str, float]) -> None:
+    moe = eng.moe
+    positions = 1 + moe.draft.tokens
+    law = step_law(request_popularity(eng.popularity, router.skew), eng.resident, router.hot_set, router.drift_weight,
+                   draws_per_step(moe.top_k, positions, eng.law.locality),
+                   eng.tier if eng.peers or eng.host_slots is not None else None, eng.peers + 2, eng.peers)
+    lookups_per_step = positions * moe.layers * moe.top_k
+    resident_counts = CountSampler.build(law.resident_mean, law.resident_var)
+    samplers = [CountSampler.build(law.missed_mean[t], law.missed_var[t]) if law.missed_mean[t].any() else None
+                for t in range(eng.peers + 2)]
+    host, disk_tier = eng.peers, eng.peers + 1
+    produced, eager = 0, False
+    while produced < tokens:
+        steps = max(8, int((tokens - produced) / eng.expected_tokens_per_step * 1.2) + 1)
+        made = tokens_per_step(moe.draft.tokens, moe.draft.acceptance, steps, rng)
+        n, produced = _steps_needed(made, produced, tokens)
+        resident = resident_counts.sample(n, rng)
+        counts = [np.zeros((n, moe.layers), dtype=np.int64) if s is None else s.sample(n, rng) for s in samplers]
+        peer = np.stack(counts[:host], axis=2) if eng.peers else None
+        disk = counts[disk_tier] if eng.host_slots is not None else None
+        t = step_times(resident, counts[host], eng.params, eager, peer, disk)
+        eager = t.eager_after
+        lookups = n * lookups_per_step
+        by_tier = rng.multinomial(lookups, law.lookup_shares)
+        _add_steps(acc, t, lookups=lookups, hits=int(by_tier[0]), peer_lookups=int(by_tier[1:host + 1].sum()),
+                   disk_lookups=int(by_tier[-1]), routed=int(resident.sum())
+                   + int(sum(c.sum() for c in counts)), peer_experts=0 if peer is None else int(peer.sum()),
+                   disk_reads=0 if disk is None else int(disk.sum()))
+    acc["output_tokens"] = produced
+
+
+def _decode_lookups(eng: EngineSetup, router: RequestRouter, tokens: int, rng: np.random.Generator,
+                    acc: dict[str, float]) -> None:
     moe = eng.moe
     positions = 1 + moe.draft.tokens
     layers, k = moe.layers, moe.top_k
-    router = RequestRouter.start(eng.law, eng.tables, rng)
-    acc = dict(first_step_s=-1.0, decode_s=0.0, lookups=0, hits=0, routed=0, pcie_reads=0, compute_s=0.0,
-               stall_s=0.0, break_s=0.0, idle_s=0.0)
-    produced = 0
+    host = eng.peers
+    produced, eager = 0, False
     while produced < tokens:
         ids = router.next_tokens(CHUNK_STEPS * positions).reshape(CHUNK_STEPS, positions, layers, k)
         made = tokens_per_step(moe.draft.tokens, moe.draft.acceptance, CHUNK_STEPS, rng)
-        done = np.cumsum(made) + produced
-        n = int(min(np.searchsorted(done, tokens) + 1, CHUNK_STEPS))
+        n, produced = _steps_needed(made, produced, tokens)
         ids = ids[:n]
         per_layer = np.transpose(ids, (0, 2, 1, 3)).reshape(n, layers, positions * k)
         if eng.engine.policy == "lru":
@@ -136,23 +250,20 @@ def decode_request(eng: EngineSetup, tokens: int, rng: np.random.Generator) -> d
         sorted_hit = np.take_along_axis(hit, order, axis=2)
         first = np.ones(sorted_ids.shape, dtype=bool)
         first[:, :, 1:] = sorted_ids[:, :, 1:] != sorted_ids[:, :, :-1]
-        resident = (first & sorted_hit).sum(axis=2)
-        missed = (first & ~sorted_hit).sum(axis=2)
-        t = step_times(resident, missed, eng.params)
-        if acc["first_step_s"] < 0:
-            acc["first_step_s"] = float(t.total_s[0])
-        acc["decode_s"] += float(t.total_s.sum())
-        acc["lookups"] += int(hit.size)
-        acc["hits"] += int(hit.sum())
-        acc["routed"] += int(first.sum())
-        acc["pcie_reads"] += int(t.pcie_reads.sum())
-        acc["compute_s"] += float(t.compute_s.sum())
-        acc["stall_s"] += float(t.stall_s.sum())
-        acc["break_s"] += float(t.break_s.sum())
-        acc["idle_s"] += float(t.host_s.sum())
-        produced = int(done[n - 1])
+        tier = eng.tier[sorted_ids]
+        fetch = first & ~sorted_hit
+        per_tier = [(fetch & (tier == t)).sum(axis=2) for t in range(host + 2)]
+        peer = np.stack(per_tier[:host], axis=2) if host else None
+        disk = per_tier[host + 1] if eng.host_slots is not None else None
+        t = step_times((first & sorted_hit).sum(axis=2), per_tier[host], eng.params, eager, peer, disk)
+        eager = t.eager_after
+        lookup_tier = np.where(hit, -1, eng.tier[per_layer])
+        _add_steps(acc, t, lookups=int(hit.size), hits=int(hit.sum()),
+                   peer_lookups=int(((lookup_tier >= 0) & (lookup_tier < host)).sum()),
+                   disk_lookups=int((lookup_tier == host + 1).sum()), routed=int(first.sum()),
+                   peer_experts=0 if peer is None else int(peer.sum()),
+                   disk_reads=0 if disk is None else int(disk.sum()))
     acc["output_tokens"] = produced
-    return acc
 
 
 def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, list[RequestRecord]]:
@@ -169,12 +280,10 @@ def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, list[Re
             start = env.now
             prefill_s = sv.prompt_tokens / eng.engine.prefill_tok_s
             yield env.timeout(prefill_s)
-            d = decode_request(eng, int(tokens), rng)
+            d = decode_request(eng, int(tokens), rng, sv.fidelity)
             yield env.timeout(d["decode_s"])
-            records.append(RequestRecord(
-                i, sv.prompt_tokens, d["output_tokens"], start, prefill_s + d["first_step_s"], d["decode_s"],
-                d["lookups"], d["hits"], d["routed"], d["pcie_reads"], d["compute_s"], d["stall_s"], d["break_s"],
-                d["idle_s"]))
+            records.append(RequestRecord(i, sv.prompt_tokens, int(d["output_tokens"]), start,
+                                         prefill_s + d["first_step_s"], **{k: d[k] for k in _SUMS}))
 
     env.process(requests())
     env.run()
@@ -184,7 +293,8 @@ def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, list[Re
 def serve_metrics(eng: EngineSetup, recs: list[RequestRecord]) -> dict[str, float]:
     tokens = sum(r.output_tokens for r in recs)
     decode = sum(r.decode_s for r in recs)
-    busy = sum(r.compute_s + r.stall_s + r.break_s for r in recs)
+    idle_share = eng.params.break_idle_share
+    busy = sum(r.compute_s + r.stall_s + (1 - idle_share) * r.break_s for r in recs)
     out = {
         "expert_slots": float(eng.slots),
         "expert_coverage": eng.coverage,
@@ -195,19 +305,58 @@ def serve_metrics(eng: EngineSetup, recs: list[RequestRecord]) -> dict[str, floa
         "decode_tok_s": tokens / decode,
         "decode_tok_s_median": float(np.median([r.decode_tok_s for r in recs])),
         "gpu_busy_share": busy / decode,
+        "compute_share": sum(r.compute_s for r in recs) / decode,
+        "stall_share": sum(r.stall_s for r in recs) / decode,
+        "eager_share": sum(r.break_s for r in recs) / decode,
+        "host_share": sum(r.idle_s for r in recs) / decode,
+        "requests_spilling_share": float(np.mean([r.pcie_reads > 0 for r in recs])),
+        "ttft_s_median": float(np.median([r.ttft_s for r in recs])),
         "requests": float(len(recs)),
         "output_tokens": float(tokens),
     }
     pw = eng.engine.power
     if pw is not None:
-        energy = sum(pw.busy_w * r.compute_s + pw.stalled_w * (r.stall_s + r.break_s) + pw.idle_w * r.idle_s
-                     for r in recs)
+        energy = sum(pw.busy_w * r.compute_s + pw.stalled_w * (r.stall_s + (1 - idle_share) * r.break_s)
+                     + pw.idle_w * (r.idle_s + idle_share * r.break_s) for r in recs)
         out["energy_j_per_token"] = energy / tokens
         out["gpu_power_w"] = energy / decode
     return out
 
 
+BUCKETS = (("pcie_spill", 0, 0), ("pcie_spill", 0, 0.5), ("pcie_spill", 0.5, 3), ("pcie_spill", 3, 5),
+           ("pcie_spill", 5, None), ("hit_rate", 0, 90), ("hit_rate", 90, 95), ("hit_rate", 95, 99),
+           ("hit_rate", 99, None))
+
+
+def in_bucket(pct: np.ndarray, lo: float, hi: float | None) -> np.ndarray:
+    """Requests whose share (percent) falls in [lo, hi); ``lo == hi == 0``: exactly 0; ``lo == 0``: (0, hi) for
+    spill (above zero) as the source's buckets are cut."""
+    if lo == 0 and hi == 0:
+        return pct == 0
+    upper = pct < hi if hi is not None else np.ones(pct.shape, dtype=bool)
+    return upper & ((pct > 0) if lo == 0 else (pct >= lo))
+
+
+def spill_buckets(recs: list[RequestRecord]) -> list[dict]:
+    """Requests bucketed by PCIe spill share and by hit rate (percent), as ``strata_spill_buckets.csv`` is: count
+    and mean per-request decode tok/s of each bucket."""
+    rate = np.array([r.decode_tok_s for r in recs])
+    rows = []
+    for by, lo, hi in BUCKETS:
+        pct = np.array([(r.pcie_share if by == "pcie_spill" else r.hit_rate) * 100 for r in recs])
+        mask = in_bucket(pct, lo, hi) if by == "pcie_spill" else (pct >= lo) & (pct < (hi if hi is not None else
+                                                                                       np.inf))
+        rows.append({"bucket_by": by, "low_pct": lo, "high_pct": hi, "requests": int(mask.sum()),
+                     "decode_tok_s": float(rate[mask].mean()) if mask.any() else None})
+    return rows
+
+
 def request_rows(recs: list[RequestRecord]) -> list[dict]:
+    """``requests.csv``: one row per request, shares as fractions, times in seconds."""
     return [{"request": r.id, "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
              "hit_rate": r.hit_rate, "pcie_share": r.pcie_share, "decode_tok_s": r.decode_tok_s, "ttft_s": r.ttft_s,
-             "decode_s": r.decode_s, "stall_s": r.stall_s, "graph_break_s": r.break_s} for r in recs]
+             "start_s": r.start_s, "decode_s": r.decode_s, "compute_s": r.compute_s, "stall_s": r.stall_s,
+             "eager_s": r.break_s, "host_s": r.idle_s, "lookups": r.lookups, "vram_hits": r.hits,
+             "peer_lookups": r.peer_lookups, "disk_lookups": r.disk_lookups, "routed": r.routed,
+             "cpu_experts": r.cpu_experts, "peer_experts": r.peer_experts, "pcie_reads": r.pcie_reads,
+             "disk_reads": r.disk_reads} for r in recs]

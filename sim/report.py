@@ -61,7 +61,54 @@ def run_text(res: RunResult) -> str:
                            f"(predicted {j.predicted_completion_s:.1f} s);"
                            f" waited {j.wait_s:.1f} s, loaded {j.load_s:.1f} s, decoded {j.decode_s:.1f} s"
                            + (f", SPILLED {j.spilled_gib:.1f} GiB to host RAM" if j.spilled_gib > 0 else ""))
+    if res.engine is not None:
+        out += serve_lines(res)[0 if out[-1] else 1:]
     return "\n".join(out) + "\n"
+
+
+def serve_lines(res: RunResult) -> list[str]:
+    from .moe_serve import spill_buckets
+
+    eng, m, scn = res.engine, res.serve_metrics, res.scenario
+    assert eng is not None and scn.serve is not None
+    sv, moe, p = scn.serve, eng.moe, eng.params
+    li = link_info(scn, scn.machines[eng.machine], eng.engine.gpu)
+    out = ["", f"Serving {eng.engine.model} on {eng.machine} ({eng.engine.gpu}, "
+           f"Gen{li.gen} x{li.lanes} {li.gbps:.1f} GB/s{' measured' if li.measured else ''}), "
+           f"policy {eng.engine.policy}, {sv.fidelity} fidelity",
+           f"  VRAM {eng.vram_gib:.2f} GiB = other tenants {eng.tenants_gib:.2f} + engine overhead "
+           f"{eng.overhead_gib:.2f} + free {eng.free_gib:.2f} GiB at start",
+           f"  expert cache {eng.slots} of {moe.layers * moe.experts_per_layer} slots ({eng.cache_gib:.2f} GiB, "
+           f"coverage {eng.coverage:.1%}); {moe.top_k * moe.layers} lookups per token, "
+           f"{moe.draft.tokens} drafts at {moe.draft.acceptance:.1%} acceptance",
+           f"  {int(m['requests'])} requests of {sv.output_tokens_min}-{sv.output_tokens_max} tokens: "
+           f"decode {m['decode_tok_s']:.1f} tok/s (token-weighted; median request {m['decode_tok_s_median']:.1f}), "
+           f"TTFT median {m['ttft_s_median'] * 1000:.0f} ms",
+           f"  hit rate {m['expert_hit_rate']:.1%} and PCIe spill {m['pcie_spill_share']:.2%} of routed experts "
+           f"(medians over requests); requests that ever read over PCIe: {m['requests_spilling_share']:.0%}",
+           f"  where decode time goes: compute {m['compute_share']:.0%}, stalled on PCIe {m['stall_share']:.0%}, "
+           f"eager steps {m['eager_share']:.0%}, host {m['host_share']:.0%}; GPU busy as the driver reports it "
+           f"{m['gpu_busy_share']:.0%}"]
+    if eng.peers or eng.host_slots is not None:
+        lookups = sum(r.lookups for r in res.requests) or 1
+        parts = [f"peer {name} {n} experts" for name, n in zip(eng.engine.peers, eng.peer_slots, strict=True)]
+        if eng.host_slots is not None:
+            parts.append(f"host RAM {eng.host_slots} experts, the rest on disk")
+        peer = sum(r.peer_lookups for r in res.requests) / lookups
+        disk = sum(r.disk_lookups for r in res.requests) / lookups
+        out.append(f"  tiers below VRAM: {', '.join(parts)}; lookups served by peers {peer:.1%}, from disk {disk:.2%}")
+    if "energy_j_per_token" in m:
+        out.append(f"  energy {m['energy_j_per_token']:.2f} J/token at {m['gpu_power_w']:.0f} W average")
+    out.append(f"  link: {p.link_share:.0%} of {p.link_gbps:.1f} GB/s for expert reads; CPU computes up to one missed "
+               f"expert per {p.cpu_expert_s * 1e6:.0f} us of GPU work per layer")
+    out.append("  decode tok/s by request spill share and hit rate (percent):")
+    for b in spill_buckets(res.requests):
+        if b["requests"]:
+            hi = "" if b["high_pct"] is None else f"{b['high_pct']:g}"
+            span = "0 (none)" if b["low_pct"] == 0 and b["high_pct"] == 0 else f"{b['low_pct']:g}-{hi}"
+            out.append(f"    {b['bucket_by']:<11}{span:>10}: {b['decode_tok_s']:7.1f} tok/s over {b['requests']} "
+                       "requests")
+    return out
 
 
 def _tok(x: float | None) -> str:

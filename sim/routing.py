@@ -8,6 +8,9 @@ hits with probability equal to their popularity mass; this is the law the analyt
   control (exponent 0).
 - temporal locality: with probability ``locality`` a lookup repeats the expert the previous token used in the same
   layer and position (consecutive tokens share experts);
+- per-request skew: each request routes by the popularity raised to its own power ``g = exp(exponent_spread * z)``
+  (z standard normal), renormalised per layer: under Zipf, its own exponent ``exponent * g``. Some requests (code,
+  repetition) concentrate on fewer experts than the profile, others spread wider; ``exponent_spread`` 0: all alike;
 - per-request drift: each request has its own hot set of ``drift_hot_experts`` experts per layer, drawn uniformly, and
   a share ``drift_weight`` of its lookups falls on that set, so requests differ from the global profile and from each
   other (real traces are not a pure Zipf law); with ``drift_concentration`` > 0 each request draws its own share from
@@ -15,7 +18,9 @@ hits with probability equal to their popularity mass; this is the law the analyt
 
 Sampling uses Walker/Vose alias tables, one per layer, built once: a lookup is one random number (its integer part
 picks a column, its fraction decides column or alias) and two gathers, for a whole batch of tokens at once with numpy
-(no Python loop per lookup). Expert ids are flat: ``layer * experts + expert``, so one id names one cache slot.
+(no Python loop per lookup). A request with its own skew samples its own law by inverse CDF instead (one
+``searchsorted`` over all layers' CDFs, each shifted to ``[layer, layer + 1]``). Expert ids are flat:
+``layer * experts + expert``, so one id names one cache slot.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class RoutingLaw:
     drift_weight: float = 0.0  # share of a request's lookups that fall on its own hot set
     drift_hot_experts: int = 0  # experts per layer in a request's hot set
     drift_concentration: float = 0.0  # >0: each request draws its weight from Beta(drift_weight, concentration)
+    exponent_spread: float = 0.0  # log-sd of a request's own skew: it routes by popularity ** exp(spread * z)
 
 
 def zipf_weights(experts: int, exponent: float) -> np.ndarray:
@@ -50,6 +56,15 @@ def layer_popularity(law: RoutingLaw, rng: np.random.Generator) -> np.ndarray:
     for layer in range(law.layers):
         probs[layer, rng.permutation(law.experts)] = by_rank
     return probs
+
+
+def request_popularity(popularity: np.ndarray, skew: float) -> np.ndarray:
+    """A request's own routing law: ``popularity ** skew`` renormalised per layer (skew 1: the profile)."""
+    if skew == 1.0:
+        return popularity
+    with np.errstate(divide="ignore"):
+        w = np.exp(skew * np.log(popularity))
+    return w / w.sum(axis=1, keepdims=True)
 
 
 @dataclass(frozen=True)
@@ -93,15 +108,20 @@ class RequestRouter:
     rng: np.random.Generator
     hot_set: np.ndarray | None = None  # [layers, drift_hot_experts] flat ids
     drift_weight: float = 0.0  # this request's share of lookups on its hot set
+    skew: float = 1.0  # this request routes by popularity ** skew (renormalised per layer)
+    popularity: np.ndarray | None = None  # [layers, experts]: needed when skew != 1
     last: np.ndarray | None = None  # [layers, top_k] flat ids of the previous token
 
     def __post_init__(self) -> None:
         self._flat = self.tables.flat()
+        self._cdf: np.ndarray | None = None  # built on first use: the counts fidelity never samples lookups
         self._offset = (np.arange(self.law.layers, dtype=np.int32) * self.law.experts)[:, None]
         self._layer_index = np.arange(self.law.layers)[:, None]
 
     @classmethod
-    def start(cls, law: RoutingLaw, tables: AliasTables, rng: np.random.Generator) -> RequestRouter:
+    def start(cls, law: RoutingLaw, tables: AliasTables, rng: np.random.Generator,
+              popularity: np.ndarray | None = None) -> RequestRouter:
+        skew = float(np.exp(law.exponent_spread * rng.standard_normal())) if law.exponent_spread > 0 else 1.0
         hot = None
         if law.drift_weight > 0 and law.drift_hot_experts > 0:
             keys = rng.random((law.layers, law.experts))
@@ -111,7 +131,7 @@ class RequestRouter:
         if hot is not None and law.drift_concentration > 0 and 0 < weight < 1:
             c = law.drift_concentration
             weight = float(rng.beta(weight * c, (1 - weight) * c))
-        return cls(law, tables, rng, hot, weight)
+        return cls(law, tables, rng, hot, weight, skew, popularity)
 
     def next_tokens(self, tokens: int) -> np.ndarray:
         """[tokens, layers, top_k] expert ids (layer-major flat ids: layer * experts + expert) for the next tokens."""
@@ -123,7 +143,15 @@ class RequestRouter:
         col = u.astype(np.int32)
         np.minimum(col, n - 1, out=col)
         flat = col + self._offset
-        ids = np.where(u - col < prob[flat], flat, alias[flat])
+        if self.skew == 1.0:
+            ids = np.where(u - col < prob[flat], flat, alias[flat])
+        else:
+            if self._cdf is None:  # its own law: inverse-CDF sampling (layer l's CDF shifted to [l, l + 1])
+                cdf = np.cumsum(request_popularity(self.popularity, self.skew), axis=1)
+                cdf[:, -1] = 1.0
+                self._cdf = (cdf + np.arange(self.law.layers)[:, None]).ravel()
+            at = rng.random(shape) + self._layer_index[None, :, :]
+            ids = np.minimum(np.searchsorted(self._cdf, at, side="right"), self._offset[None] + n - 1).astype(np.int32)
         if self.hot_set is not None or law.locality > 0:
             mode = rng.random(shape, dtype=np.float32)
             if self.hot_set is not None:

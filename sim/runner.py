@@ -9,6 +9,7 @@ import numpy as np
 
 from .hardware import has_load_path, link_info
 from .labsim import JobRecord, run_jobs
+from .moe_serve import EngineSetup, RequestRecord, request_rows, serve, serve_metrics, spill_buckets
 from .probes import ProbeReport, link_metrics, probe_machine, probe_metrics
 from .scenario import Scenario
 
@@ -19,6 +20,9 @@ class RunResult:
     seed: int
     probes: list[ProbeReport]
     jobs: list[JobRecord]
+    engine: EngineSetup | None = None
+    requests: list[RequestRecord] = field(default_factory=list)
+    serve_metrics: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -37,6 +41,9 @@ def run(scn: Scenario, seed: int) -> RunResult:
     probes = [probe_machine(scn, name, model) for name in loaders] if model else []
     jobs = run_jobs(scn, rng)
     res = RunResult(scn, seed, probes, jobs)
+    if scn.serve is not None:  # its own random stream: adding a serve section leaves the jobs' draws unchanged
+        res.engine, res.requests = serve(scn, np.random.default_rng([seed, 1]))
+        res.serve_metrics = serve_metrics(res.engine, res.requests)
     res.metrics = flat_metrics(res)
     return res
 
@@ -47,6 +54,7 @@ def flat_metrics(res: RunResult) -> dict[str, float]:
         m.update(probe_metrics(p))
     for name in res.scenario.machines:
         m.update(link_metrics(res.scenario, name))
+    m.update(res.serve_metrics)
     done = [j for j in res.jobs if not math.isnan(j.completed_s)]
     m["jobs.count"] = len(res.jobs)
     m["jobs.placed"] = len(done)
@@ -82,8 +90,11 @@ def job_dict(j: JobRecord) -> dict:
 
 
 def summary(res: RunResult, scenario_file: str) -> dict:
-    return {"scenario": res.scenario.name, "scenario_file": scenario_file, "seed": res.seed,
-            "metrics": res.metrics, "jobs": [job_dict(j) for j in res.jobs]}
+    out = {"scenario": res.scenario.name, "scenario_file": scenario_file, "seed": res.seed,
+           "metrics": res.metrics, "jobs": [job_dict(j) for j in res.jobs]}
+    if res.engine is not None:
+        out["spill_buckets"] = spill_buckets(res.requests)
+    return out
 
 
 def tables(res: RunResult) -> dict[str, list[dict]]:
@@ -114,4 +125,8 @@ def tables(res: RunResult) -> dict[str, list[dict]]:
                           "slot": f"Gen{li.slot_gen} x{li.slot_lanes}", "negotiated": f"Gen{li.gen} x{li.lanes}",
                           "paper_gbps": li.paper_gbps, "efficiency": li.efficiency, "gbps": li.gbps,
                           "measured": li.measured})
-    return {"loads": loads, "load_stages": stages, "links": links, "jobs": jobs, "estimates": estimates}
+    out = {"loads": loads, "load_stages": stages, "links": links, "jobs": jobs, "estimates": estimates}
+    if res.engine is not None:
+        out["requests"] = request_rows(res.requests)
+        out["spill_buckets"] = spill_buckets(res.requests)
+    return out

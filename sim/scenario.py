@@ -102,7 +102,13 @@ class StepCost(Strict):
     pcie_latency_s: float | None = Field(
         None, ge=0, description="Fixed cost of a layer that reads experts over PCIe (s).")
     graph_break_s: float | None = Field(
-        None, ge=0, description="Cost of a step that cannot run fully resident: it leaves the fused GPU path (s).")
+        None, ge=0, description="Cost per step of running eagerly, off the fused GPU path, after a PCIe read (s).")
+    link_share: float = Field(
+        1.0, gt=0, le=1, description="Share of the link's host->GPU copy rate expert reads get (fraction).")
+    break_idle_share: float = Field(
+        0.0, ge=0, le=1, description="Share of graph_break_s with no kernel on the GPU (launch gaps) (fraction).")
+    break_mode: Literal["sticky", "per_step"] = Field(
+        "sticky", description="sticky: a request runs eagerly from its first PCIe read on; per_step: steps that read.")
     host_s: float = Field(0.0, ge=0, description="Host time per step with the GPU idle (sampling, scheduling) (s).")
 
 
@@ -112,13 +118,29 @@ class Power(Strict):
     stalled_w: float = Field(ge=0, description="GPU power while busy but waiting for experts (W).")
 
 
+class PeerTier(Strict):
+    """Another GPU of the machine holding expert copies and computing the routed experts it holds."""
+
+    slots: Literal["auto"] | int = Field(
+        "auto", description="Expert copies it holds, or auto: its free VRAM (after reserved_gib, overhead_gib and "
+        "reserve_mib) in whole slots.")
+    overhead_gib: float = Field(0.0, ge=0, description="The engine's own VRAM on this GPU besides expert copies (GiB).")
+    reserve_mib: float = Field(0.0, ge=0, description="VRAM left unused on this GPU (MiB).")
+    expert_s: float = Field(gt=0, description="This GPU's time per routed expert it computes (s).")
+    latency_s: float = Field(ge=0, description="Activations to the peer and back, per layer that uses it (s).")
+
+
 class Engine(Strict):
-    """An expert-offloading serving engine on one GPU of a machine."""
+    """An expert-offloading serving engine on one GPU of a machine; its expert tiers below VRAM are peer GPUs, then
+    host RAM, then the machine's disk (through the page cache)."""
 
     model: str = Field(description="Key of the MoE model it serves.")
     gpu: str = Field(description="Key of the machine's GPU it runs on.")
-    overhead_gib: float = Field(
-        ge=0, description="Fixed VRAM outside the expert cache: dense weights, KV, context (GiB).")
+    overhead_gib: float | None = Field(
+        None, ge=0, description="Fixed VRAM outside the expert cache: dense weights, KV, activations, CUDA context "
+        "(GiB). Default: the model's dense_gib + KV for context_tokens + runtime_gib.")
+    context_tokens: int = Field(0, ge=0, description="Context the engine allocates KV for (tokens).")
+    runtime_gib: float = Field(0.0, ge=0, description="CUDA context, activations and buffers (GiB).")
     cache_reserve_mib: float = Field(700, ge=0, description="VRAM the engine keeps free (MiB).")
     expert_cache: Literal["auto"] | int = Field(
         "auto", description="Slots of the expert cache, or auto: sized from the VRAM free at start.")
@@ -126,6 +148,11 @@ class Engine(Strict):
     profile_seed: int | None = Field(
         None, ge=0, description="Static profile built on another workload (its popularity seed); default: served one.")
     prefill_tok_s: float = Field(gt=0, description="Prompt tokens read per second (tok/s).")
+    peers: dict[str, PeerTier] = Field(
+        default_factory=dict, description="Peer GPUs of this machine holding expert copies, by GPU name, in order.")
+    host_ram_gib: float | None = Field(
+        None, ge=0, description="Host RAM for experts held nowhere in VRAM (GiB); the rest is read from the machine's "
+        "disk each time. Default: all of them fit.")
     step: StepCost = StepCost()
     power: Power | None = None
 
@@ -172,6 +199,9 @@ class Routing(Strict):
     drift_concentration: float = Field(
         0.0, ge=0, description="0: every request has drift_weight; >0: each draws it from a Beta law of that mean and "
         "this concentration (lower: requests differ more).")
+    exponent_spread: float = Field(
+        0.0, ge=0, le=2, description="Log-sd of a request's own skew: it routes by popularity ** exp(spread * z), "
+        "renormalised (under Zipf: its own exponent).")
     popularity_seed: int = Field(0, ge=0, description="Which permutation of expert ids per layer the workload uses.")
 
 
@@ -186,6 +216,9 @@ class Moe(Strict):
     experts_per_layer: int = Field(gt=0, description="Routed experts per layer.")
     top_k: int = Field(gt=0, description="Experts routed per token per layer.")
     expert_mib: float = Field(gt=0, description="Bytes of one expert, i.e. one cache slot (MiB).")
+    dense_gib: float | None = Field(
+        None, ge=0, description="Weights outside the routed experts: attention, shared experts, embeddings (GiB).")
+    kv_kib_per_token: float | None = Field(None, ge=0, description="KV cache per token of context (KiB).")
     routing: Routing = Routing()
     draft: Draft = Draft()
 
@@ -237,6 +270,8 @@ class Serve(Strict):
     output_tokens_min: int = Field(150, gt=0, description="Shortest generation (tokens); lengths are uniform.")
     output_tokens_max: int = Field(260, gt=0, description="Longest generation (tokens).")
     prompt_tokens: int = Field(26, ge=0, description="Prompt tokens of each request.")
+    fidelity: Literal["counts", "lookups"] = Field(
+        "counts", description="counts: sample distinct experts per layer-step (fast); lookups: every expert lookup.")
 
 
 class Report(Strict):
@@ -298,6 +333,19 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
             for field, value in e.step:
                 if value is None:
                     errs.append((f"{p}.step.{field}", None, _CALIBRATED))
+            moe = s.models[e.model].moe if e.model in s.models else None
+            if e.overhead_gib is None and moe is not None:
+                if moe.dense_gib is None:
+                    errs.append((f"{p}.overhead_gib", None, f"a value, or models.{e.model}.moe.dense_gib to derive it"))
+                elif e.context_tokens > 0 and moe.kv_kib_per_token is None:
+                    errs.append((f"models.{e.model}.moe.kv_kib_per_token", None,
+                                 f"a value: {p}.context_tokens needs it to derive the engine overhead"))
+            for peer in e.peers:
+                need(f"{p}.peers.{peer}", peer, m.gpus, "a GPU of this machine")
+                if peer == e.gpu:
+                    errs.append((f"{p}.peers.{peer}", peer, "a GPU other than the engine's own"))
+            if e.host_ram_gib is not None and m.disk is None:
+                errs.append((f"{p}.host_ram_gib", e.host_ram_gib, "a machine 'disk' to hold the experts beyond it"))
         for gname, g in m.gpus.items():
             need(f"machines.{mname}.gpus.{gname}.type", g.type, s.gpus, "a GPU type")
             card = s.gpus.get(g.type)

@@ -7,14 +7,25 @@ experts those positions route to. Per layer:
   ``gpu = dense_s / layers + gpu_expert_s * resident``;
 - the host CPU computes missed experts (from host RAM) while the GPU works: it finishes ``floor(gpu / cpu_expert_s)``
   of them in that window; the rest are read by the GPU over PCIe (they are the spill);
-- a layer that reads over PCIe waits ``pcie_latency_s + bytes / link_gbps``, overlapped with its own compute: it
+- a layer that reads over PCIe waits ``pcie_latency_s + bytes / (link_share * link_gbps)``, overlapped with its own
+  compute (``link_share``: the share of the link's copy rate the engine's expert reads get); it
   stalls only for what exceeds the compute window (so a little spill costs no transfer time, a lot is
   transfer-bound: the second cliff);
-- a step with any PCIe read cannot run fully resident and pays ``graph_break_s`` once (it leaves the fused GPU
-  path and synchronises with the host: the first cliff, whatever the amount of spill, hence the plateau);
+- a request that has read over PCIe cannot run fully resident: it leaves the captured, fused GPU path and runs
+  eagerly, synchronising with the host, which costs ``graph_break_s`` per step. With ``break_mode: sticky`` (the
+  default) a request stays eager from its first PCIe read to its end (re-capturing the graph mid-request does not pay);
+  with ``per_step`` only the steps that read pay. Either way the first read costs a step's worth whatever the amount
+  of spill: the first cliff, then the plateau;
+- experts held by a peer GPU are computed there: the layer also waits for ``peer latency + peer expert time x
+  experts`` (activations there and back), in parallel with its own work; peers are placed at start-up, so they do
+  not take the request off the fused path;
+- experts beyond host RAM are read from disk first (``disk latency + bytes / disk rate``), then cross PCIe;
+- a layer ends when its GPU work, its transfers and its peers are all done; in an eager step the copies also run
+  through the layer's share of the eager overhead (launch and sync gaps), so a few reads per layer hide entirely;
 - ``host_s`` of host work per step leaves the GPU idle.
 
-The driver counts the GPU busy while it computes or waits inside a step (stalls, graph breaks): "busy but stalled".
+The driver counts the GPU busy while it computes or waits inside a step (stalls, most of an eager step's overhead):
+"busy but stalled"; ``break_idle_share`` of the eager overhead has no kernel on the GPU at all (launch gaps).
 Everything is vectorised over steps and layers.
 """
 
@@ -37,6 +48,13 @@ class StepParams:
     host_s: float
     link_gbps: float  # host -> GPU copy rate of the engine's link (GB/s)
     expert_bytes: float
+    link_share: float = 1.0  # share of the link's copy rate expert reads get (fraction)
+    break_idle_share: float = 0.0  # share of graph_break_s with no kernel on the GPU (launch gaps, host syncs)
+    break_mode: str = "sticky"  # "sticky": eager from the first PCIe read on; "per_step": only steps that read
+    peer_expert_s: tuple[float, ...] = ()  # per peer GPU: its time per expert it computes (s)
+    peer_latency_s: tuple[float, ...] = ()  # per peer GPU: activations there and back per layer (s)
+    disk_gbps: float = float("inf")  # read rate of experts beyond host RAM (GB/s)
+    disk_latency_s: float = 0.0  # per layer that reads from disk (s)
 
 
 @dataclass(frozen=True)
@@ -45,27 +63,47 @@ class StepTimes:
 
     compute_s: np.ndarray
     stall_s: np.ndarray  # waiting for PCIe reads beyond the compute window
-    break_s: np.ndarray  # graph breaks
+    break_s: np.ndarray  # eager-step overhead (off the fused path)
     host_s: np.ndarray  # GPU idle
-    pcie_reads: np.ndarray
+    pcie_reads: np.ndarray  # experts read over PCIe per step (host RAM misses beyond the CPU window, disk reads)
+    cpu_experts: np.ndarray  # experts computed by the host CPU per step
+    eager_after: bool = False  # the request runs eagerly after these steps (sticky mode)
 
     @property
     def total_s(self) -> np.ndarray:
         return self.compute_s + self.stall_s + self.break_s + self.host_s
 
 
-def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams) -> StepTimes:
-    """``resident``, ``missed``: [steps, layers] counts of distinct experts a step touches in each layer."""
+def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: bool = False,
+               peer: np.ndarray | None = None, disk: np.ndarray | None = None) -> StepTimes:
+    """``resident``, ``missed``: [steps, layers] counts of distinct experts a step touches in each layer, in VRAM and
+    in host RAM; ``peer``: [steps, layers, peers] held by each peer GPU; ``disk``: [steps, layers] beyond host RAM;
+    ``eager``: the request already left the fused path in an earlier step."""
     layers = resident.shape[1]
     gpu = p.dense_s / layers + p.gpu_expert_s * resident
     on_cpu = np.minimum(missed, np.floor(gpu / p.cpu_expert_s + 1e-9))  # whole experts (guarding float rounding)
     reads = missed - on_cpu
-    transfer = np.where(reads > 0, p.pcie_latency_s + reads * p.expert_bytes / (p.link_gbps * GB), 0.0)
-    stall = np.maximum(transfer - gpu, 0.0).sum(axis=1)
-    any_read = reads.sum(axis=1) > 0
+    if disk is not None:
+        reads = reads + disk
+    wait = np.where(reads > 0, p.pcie_latency_s + reads * p.expert_bytes / (p.link_share * p.link_gbps * GB), 0.0)
+    if disk is not None:
+        wait = wait + np.where(disk > 0, p.disk_latency_s + disk * p.expert_bytes / (p.disk_gbps * GB), 0.0)
+    if peer is not None:
+        for i, (expert_s, latency_s) in enumerate(zip(p.peer_expert_s, p.peer_latency_s, strict=True)):
+            held = peer[:, :, i]
+            wait = np.maximum(wait, np.where(held > 0, latency_s + expert_s * held, 0.0))
+    step_reads = reads.sum(axis=1)
+    if p.break_mode == "sticky":
+        in_eager = np.logical_or(eager, np.cumsum(step_reads) > 0)
+        eager = bool(in_eager[-1]) if in_eager.size else eager
+    else:
+        in_eager = step_reads > 0
+    # copies proceed while the layer computes and, in an eager step, through its launch and sync gaps as well
+    window = gpu + np.where(in_eager, p.graph_break_s / layers, 0.0)[:, None]
+    stall = np.maximum(wait - window, 0.0).sum(axis=1)
     steps = resident.shape[0]
-    return StepTimes(gpu.sum(axis=1), stall, np.where(any_read, p.graph_break_s, 0.0), np.full(steps, p.host_s),
-                     reads.sum(axis=1))
+    return StepTimes(gpu.sum(axis=1), stall, np.where(in_eager, p.graph_break_s, 0.0), np.full(steps, p.host_s),
+                     step_reads, on_cpu.sum(axis=1), eager)
 
 
 def tokens_per_step(drafts: int, acceptance: float, steps: int, rng: np.random.Generator) -> np.ndarray:

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sim.expert_cache import (
     auto_slots,
@@ -131,3 +133,52 @@ def test_drift_concentration_spreads_requests_around_the_mean_weight():
                        for s in range(40)])
 
     assert spread_of(spread) > 2 * spread_of(fixed)
+
+
+def test_a_skewed_request_samples_its_own_law():
+    from sim.routing import request_popularity
+
+    law = RoutingLaw(layers=4, experts=64, top_k=4, exponent=1.0, exponent_spread=0.3)
+    pop = layer_popularity(law, np.random.default_rng(0))
+    r = RequestRouter(law, AliasTables.build(pop), np.random.default_rng(1), skew=1.4, popularity=pop)
+    freq = np.bincount(r.next_tokens(30000).ravel(), minlength=4 * 64).reshape(4, 64) / (30000 * 4)
+    own = request_popularity(pop, 1.4)
+    assert np.abs(freq - own).max() < 0.006
+    ranks = np.argsort(-pop[0])  # under Zipf the request's law is Zipf with exponent 1.0 * 1.4
+    assert own[0, ranks] == pytest.approx(zipf_weights(64, 1.4), rel=1e-9)
+
+
+def test_skew_spread_spreads_request_hit_rates_both_ways():
+    law = RoutingLaw(layers=8, experts=128, top_k=4, exponent=1.1, exponent_spread=0.15)
+    pop = layer_popularity(law, np.random.default_rng(0))
+    mask = static_cache(pop, 8 * 128 // 4)
+    base = static_hit_rate(mask, pop)
+    rng, tables = np.random.default_rng(2), AliasTables.build(pop)
+    from sim.routing import request_popularity
+
+    skews = [RequestRouter.start(law, tables, rng, pop).skew for _ in range(40)]
+    rates = [static_hit_rate(mask, request_popularity(pop, g)) for g in skews]
+    assert min(rates) < base - 0.02 and max(rates) > base + 0.02
+
+
+@given(st.integers(1, 6), st.integers(2, 40), st.integers(0, 300), st.lists(st.integers(0, 80), max_size=3),
+       st.one_of(st.none(), st.integers(0, 200)), st.integers(0, 1000))
+def test_tier_placement_is_hottest_first_and_fills_each_tier(layers, experts, slots, peer_slots, host_slots, seed):
+    from sim.expert_cache import home_tiers
+
+    profile = np.random.default_rng(seed).random((layers, experts))
+    total = layers * experts
+    slots = min(slots, total)
+    tier = home_tiers(profile, slots, peer_slots, host_slots)
+    order = np.argsort(-profile.ravel(), kind="stable")
+    ranked = tier[order][slots:]  # beyond the VRAM cache, tiers never get hotter down the ranking
+    assert (np.diff(ranked.astype(int)) >= 0).all()
+    counts = np.bincount(ranked, minlength=len(peer_slots) + 2)
+    left = total - slots
+    for i, n in enumerate(peer_slots):
+        assert counts[i] == min(n, max(left, 0))
+        left -= counts[i]
+    if host_slots is not None:
+        assert counts[len(peer_slots)] == min(host_slots, left) and counts[-1] == left - counts[len(peer_slots)]
+    else:
+        assert counts[-1] == 0

@@ -39,7 +39,8 @@ def test_first_pcie_read_costs_a_graph_break_then_a_plateau_then_transfer_bound(
     assert many.total_s[0] - one.total_s[0] < 0.1 * (one.total_s[0] - base)  # the plateau
     assert heavy.stall_s[0] > 10 * heavy.break_s[0]  # transfer-dominated: the second cliff
     reads = 40 - int(GPU_LAYER / 20e-6 + 1e-9)
-    assert heavy.stall_s[0] == pytest.approx(48 * (50e-6 + reads * 1.382e6 / 13.9e9 - GPU_LAYER))
+    # copies hide behind the layer's compute and, the step being eager, its share of the eager overhead
+    assert heavy.stall_s[0] == pytest.approx(48 * (50e-6 + reads * 1.382e6 / 13.9e9 - GPU_LAYER - 2e-3 / 48))
 
 
 def test_tokens_per_step_follow_the_acceptance():
@@ -108,3 +109,117 @@ def test_lru_policy_via_che_and_profile_from_another_workload():
     other = serve_metrics(*serve(moe_scenario(machines__server__engine__profile_seed=7), np.random.default_rng(0)))
     assert lru["expert_hit_rate"] < static["expert_hit_rate"]  # LRU keeps some cold experts a static profile skips
     assert other["expert_hit_rate"] < static["expert_hit_rate"] - 0.1
+
+
+def test_sticky_eager_mode_costs_at_least_per_step_breaks():
+    sticky = serve_metrics(*serve(moe_scenario(), np.random.default_rng(0)))
+    per_step = serve_metrics(*serve(moe_scenario(machines__server__engine__step__break_mode="per_step"),
+                                    np.random.default_rng(0)))
+    assert sticky["eager_share"] >= per_step["eager_share"]
+    assert sticky["decode_tok_s"] <= per_step["decode_tok_s"]
+
+
+def test_sticky_mode_carries_across_step_chunks():
+    res = np.full((3, 48), 40)
+    first = step_times(res, np.array([[0] * 48, [30] + [0] * 47, [0] * 48]), P)
+    assert list(first.break_s) == [0, 2e-3, 2e-3] and first.eager_after
+    later = step_times(res, np.zeros((3, 48)), P, eager=True)
+    assert list(later.break_s) == [2e-3] * 3
+
+
+def test_count_sampler_has_the_binomial_mean_and_variance():
+    from sim.expert_counts import CountSampler
+
+    mean, var = np.array([3.0, 5.5, 0.2, 0.0, 40.0]), np.array([2.0, 3.0, 0.19, 0.0, 39.0])
+    x = CountSampler.build(mean, var).sample(200_000, np.random.default_rng(1))
+    assert x.mean(axis=0) == pytest.approx(mean, abs=0.03)
+    v = x.var(axis=0)
+    assert (v >= 0.97 * var - 0.01).all() and (v <= 1.08 * var + 0.01).all()  # N rounded up: a little above
+
+
+def test_step_law_hit_rate_is_the_cached_mass():
+    from sim.expert_cache import static_hit_rate
+    from sim.expert_counts import step_law
+
+    eng = setup_engine(moe_scenario(), "server")
+    law = step_law(eng.popularity, eng.resident, None, 0.0, 10.0)
+    assert law.hit_rate == pytest.approx(static_hit_rate(eng.resident, eng.popularity), rel=1e-9)
+    assert law.lookup_shares.sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("over", [{}, {"machines__server__engine__policy": "lru"}])
+def test_counts_fidelity_agrees_with_every_lookup(over):
+    """The fast path (distinct experts per layer-step sampled from their law) against sampling every lookup, on a
+    small engine where overflow is a rare event (the hardest case for the fast path's tails; on the Strata scenario
+    the two agree within 2% on decode)."""
+    runs = {}
+    for fidelity in ("counts", "lookups"):
+        scn = moe_scenario(serve__fidelity=fidelity, serve__requests=300, **over)
+        runs[fidelity] = serve_metrics(*serve(scn, np.random.default_rng(5)))
+    fast, exact = runs["counts"], runs["lookups"]
+    assert fast["expert_hit_rate"] == pytest.approx(exact["expert_hit_rate"], abs=0.01)
+    assert fast["pcie_spill_share"] == pytest.approx(exact["pcie_spill_share"], rel=0.15, abs=0.002)
+    assert fast["decode_tok_s"] == pytest.approx(exact["decode_tok_s"], rel=0.06)
+    # rare overflow events (a request here spills in under a third of cases): the tails of the two agree too
+    assert fast["requests_spilling_share"] == pytest.approx(exact["requests_spilling_share"], abs=0.06)
+
+
+def tiered_scenario(**over):
+    over = {"machines__server__gpus__g1": {"type": "big", "slot_gen": 3, "reserved_gib": 15.75},
+            "machines__server__engine__peers": {"g1": {"slots": 100, "expert_s": 5e-6, "latency_s": 40e-6}},
+            "machines__server__engine__host_ram_gib": 0.05, "machines__server__disk": "d0",
+            "machines__server__loader": {"s_per_gb": 0.0},
+            "disks__d0": {"read_gbps": 2.0, "latency_s": 1e-4}, **over}
+    return moe_scenario(**over)
+
+
+@pytest.mark.parametrize("fidelity", ["counts", "lookups"])
+def test_lookups_resolve_to_tiers_peer_host_and_disk(fidelity):
+    scn = tiered_scenario(serve__fidelity=fidelity)
+    eng, recs = serve(scn, np.random.default_rng(0))
+    assert eng.peer_slots == (100,) and eng.host_slots == 51  # 0.05 GiB of RAM in 1 MiB experts
+    assert list(np.bincount(eng.tier[~eng.resident], minlength=3)) == [100, 51, 512 - 312 - 100 - 51]
+    auto = setup_engine(tiered_scenario(machines__server__engine__peers__g1__slots="auto"), "server")
+    assert auto.peer_slots == (256,)  # 16 - 15.75 GiB free on the peer, 1 MiB slots
+    lookups = sum(r.lookups for r in recs)
+    hits, peer, disk = (sum(getattr(r, k) for r in recs) for k in ("hits", "peer_lookups", "disk_lookups"))
+    pop = eng.popularity.ravel() / eng.moe.layers
+    assert hits / lookups == pytest.approx(pop[eng.resident].sum(), abs=0.01)
+    assert peer / lookups == pytest.approx(pop[~eng.resident & (eng.tier == 0)].sum(), abs=0.01)
+    assert disk / lookups == pytest.approx(pop[~eng.resident & (eng.tier == 2)].sum(), abs=0.005)
+    assert sum(r.peer_experts for r in recs) > 0 and sum(r.disk_reads for r in recs) > 0
+
+
+def test_slower_tiers_cost_more():
+    base = serve_metrics(*serve(tiered_scenario(), np.random.default_rng(0)))
+    more_ram = serve_metrics(*serve(tiered_scenario(machines__server__engine__host_ram_gib=1.0),
+                                    np.random.default_rng(0)))
+    slow_peer = serve_metrics(*serve(tiered_scenario(machines__server__engine__peers__g1__latency_s=2e-3),
+                                     np.random.default_rng(0)))
+    assert more_ram["decode_tok_s"] > base["decode_tok_s"]  # no disk reads
+    assert slow_peer["decode_tok_s"] < base["decode_tok_s"]
+
+
+def test_engine_tiers_are_validated():
+    from sim.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="peers.g9"):
+        moe_scenario(machines__server__engine__peers={"g9": {"expert_s": 1e-6, "latency_s": 0}})
+    with pytest.raises(ScenarioError, match="host_ram_gib"):
+        moe_scenario(machines__server__engine__host_ram_gib=1.0)
+
+
+def test_engine_overhead_from_dense_weights_kv_and_runtime():
+    from sim.errors import ScenarioError
+
+    scn = moe_scenario(machines__server__engine__overhead_gib=None, models__moe__moe__dense_gib=0.1,
+                       models__moe__moe__kv_kib_per_token=64, machines__server__engine__context_tokens=1024,
+                       machines__server__engine__runtime_gib=0.05)
+    eng = setup_engine(scn, "server")
+    assert eng.overhead_gib == pytest.approx(0.1 + 64 * 1024 * 1024 / 2**30 + 0.05)  # 0.0625 GiB of KV
+    assert eng.free_gib == pytest.approx(0.5 - 0.2125)
+    with pytest.raises(ScenarioError, match="dense_gib"):
+        moe_scenario(machines__server__engine__overhead_gib=None)
+    with pytest.raises(ScenarioError, match="kv_kib_per_token"):
+        moe_scenario(machines__server__engine__overhead_gib=None, models__moe__moe__dense_gib=0.1,
+                     machines__server__engine__context_tokens=1024)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import yaml
 
+from .errors import ScenarioError
 from .moe_serve import serve, serve_metrics, spill_buckets
 from .scenario import Scenario, load_scenario
 from .tables import read_measured
@@ -99,24 +100,31 @@ class MoeFit:
     power: dict[str, float] = field(default_factory=dict)
 
 
-def _value(rows: list[dict], quantity: str) -> float:
+def _value(rows: list[dict], quantity: str, table: str) -> float:
+    """A quantity of a ``quantity,value,...`` table; a range ``a-b`` gives its midpoint."""
     for r in rows:
         if r["quantity"] == quantity:
-            return float(str(r["value"]).split("-")[0])
-    raise KeyError(quantity)
+            text = str(r["value"])
+            try:
+                lo, _, hi = text.partition("-") if not text.startswith("-") else (text, "", "")
+                return (float(lo) + float(hi)) / 2 if hi else float(lo)
+            except ValueError:
+                raise ScenarioError(table, quantity, f"bad value {text!r}: expected a number") from None
+    raise ScenarioError(table, quantity, "missing: expected a row with this quantity")
 
 
 def strata_targets(tables_dir: str) -> list[Target]:
     """The measured figures the fit aims at, read from the calibration tables (provenance in their headers)."""
-    _, main = read_measured(os.path.join(tables_dir, "strata_gen3_5090.csv"))
+    main_file = os.path.join(tables_dir, "strata_gen3_5090.csv")
+    _, main = read_measured(main_file)
     _, slots = read_measured(os.path.join(tables_dir, "strata_parallel_slots.csv"))
     _, buckets = read_measured(os.path.join(tables_dir, "strata_spill_buckets.csv"))
     g, b = "strata_gen3_5090.csv", "strata_spill_buckets.csv"
     out = [
-        Target("r1_hit_rate_median", _value(main, "round1_decode_hit_rate") / 100, "share", 0.015, g),
-        Target("r1_decode_tok_s", _value(main, "round1_decode_tok_s"), "rate", 0.07, g),
-        Target("r1_gpu_busy_share", _value(main, "gpu_utilization_round1") / 100, "share", 0.03, g),
-        Target("r2_gpu_busy_share", _value(main, "gpu_utilization_round2") / 100, "share", 0.03, g),
+        Target("r1_hit_rate_median", _value(main, "round1_decode_hit_rate", main_file) / 100, "share", 0.015, g),
+        Target("r1_decode_tok_s", _value(main, "round1_decode_tok_s", main_file), "rate", 0.07, g),
+        Target("r1_gpu_busy_share", _value(main, "gpu_utilization_round1", main_file) / 100, "share", 0.03, g),
+        Target("r2_gpu_busy_share", _value(main, "gpu_utilization_round2", main_file) / 100, "share", 0.03, g),
         # checks, not fitted: a single-stream figure from another experiment of the source (section 7),
         # which its own telemetry buckets and power ratio (82% more tokens: ~256 tok/s) do not agree with
         Target("r2_decode_tok_s", float(next(r for r in slots if int(r["parallel"]) == 1)
@@ -139,10 +147,12 @@ def strata_targets(tables_dir: str) -> list[Target]:
 def outside_tolerance(row: dict) -> bool:
     """A fitted target row of :class:`MoeFit` whose simulated value misses its tolerance."""
     sim, meas = row["simulated"], row["measured"]
+    if not row["fitted"]:
+        return False
     if sim is None or not math.isfinite(sim):
         return True
     err = abs(sim / meas - 1) if row["kind"] == "rate" else abs(sim - meas)
-    return row["fitted"] and err > row["tolerance"]
+    return err > row["tolerance"]
 
 
 def bucket_key(by: str, lo: float, hi: float | None) -> str:
@@ -257,11 +267,12 @@ def fit_moe(path: str, tables_dir: str, requests: int = 150, seed: int = 0, max_
             del r["requests"]
     fit = MoeFit(params, {_absolute(k, routing, step): v for k, (v, _) in HELD.items()}, rows,
                  float(res.fun), evals[0])
-    ratio = _value(read_measured(os.path.join(tables_dir, "strata_gen3_5090.csv"))[1],
-                   "power_ratio_round2_over_round1")
+    table = os.path.join(tables_dir, "strata_gen3_5090.csv")
+    ratio = _value(read_measured(table)[1], "power_ratio_round2_over_round1", table)
     stalled = solve_stalled_w(obs["_rounds"][0][2], obs["_rounds"][1][2], ratio)
     power = step.replace(".step.", ".power.")
-    fit.power = {power + k: v for k, (v, _) in POWER_HELD.items()} | {power + "stalled_w": round(stalled, 2)}
+    if math.isfinite(stalled) and 0 <= stalled:
+        fit.power = {power + k: v for k, (v, _) in POWER_HELD.items()} | {power + "stalled_w": round(stalled, 2)}
     return fit
 
 
@@ -278,8 +289,9 @@ def solve_stalled_w(m1: dict, m2: dict, ratio: float) -> float:
 
     fixed1, wait1 = parts(m1)
     fixed2, wait2 = parts(m2)
-    # fixed2 + s * wait2 = ratio * (fixed1 + s * wait1)
-    return (ratio * fixed1 - fixed2) / (wait2 - ratio * wait1)
+    # fixed2 + s * wait2 = ratio * (fixed1 + s * wait1); no solution (nan) when the rounds wait alike
+    den = wait2 - ratio * wait1
+    return (ratio * fixed1 - fixed2) / den if abs(den) > 1e-12 else float("nan")
 
 
 def moe_calibration_yaml(fit: MoeFit, command: str) -> str:
@@ -298,7 +310,8 @@ def moe_calibration_yaml(fit: MoeFit, command: str) -> str:
         "fitted": list(fit.parameters),
         "held_reason": {**{k: HELD[_rel(k)][1] for k in fit.held},
                         **{k: POWER_HELD[k.rsplit(".", 1)[1]][1] for k in fit.power if not k.endswith("stalled_w")}},
-        "power_note": "stalled_w: round 2 draws power_ratio_round2_over_round1 (strata_gen3_5090.csv) times round 1",
+        "power_note": "stalled_w: round 2 draws power_ratio_round2_over_round1 (strata_gen3_5090.csv) times round 1"
+        if fit.power else "no stalled_w >= 0 gives the measured power ratio with these time shares: power not set",
         "loss": round(fit.loss, 6),
         "evaluations": fit.evaluations,
         "targets": fit.targets,

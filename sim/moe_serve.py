@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from .errors import SimulationError
 from .expert_cache import auto_slots, che_hit_probabilities, home_tiers, static_cache
 from .expert_counts import CountSampler, draws_per_step, step_law
 from .hardware import link_info
@@ -82,6 +83,10 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     vram = scn.gpus[gpu.type].vram_gib
     overhead = engine_overhead_gib(e, moe)
     free = vram - gpu.reserved_gib - overhead
+    if free < 0:
+        raise SimulationError(f"machines.{machine}.engine: does not fit on {e.gpu}: {vram:g} GiB less other tenants "
+                              f"{gpu.reserved_gib:g} GiB leaves {vram - gpu.reserved_gib:.2f} GiB for an engine "
+                              f"overhead of {overhead:.2f} GiB")
     total = moe.layers * moe.experts_per_layer
     slots = auto_slots(free, moe.expert_mib, e.cache_reserve_mib, moe.draft.head_mib) if e.expert_cache == "auto" \
         else int(e.expert_cache)
@@ -97,12 +102,13 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
         resident = che_hit_probabilities(popularity.ravel(), slots)
     else:  # in-cache LFU under a stationary law keeps the most frequently used experts: a cache of the true profile
         resident = static_cache(popularity, slots)
-    peer_slots = []
-    for name, peer in e.peers.items():
+    peer_slots: list[int] = []
+    for name, peer in e.peers.items():  # each holds at most the experts no faster tier holds
         g = m.gpus[name]
         peer_free = scn.gpus[g.type].vram_gib - g.reserved_gib - peer.overhead_gib
-        peer_slots.append(auto_slots(peer_free, moe.expert_mib, peer.reserve_mib, 0.0) if peer.slots == "auto"
-                          else int(peer.slots))
+        wanted = auto_slots(peer_free, moe.expert_mib, peer.reserve_mib, 0.0) if peer.slots == "auto" \
+            else int(peer.slots)
+        peer_slots.append(min(wanted, total - slots - sum(peer_slots)))
     host_slots = None if e.host_ram_gib is None else int(e.host_ram_gib * GIB // (moe.expert_mib * MIB))
     tier = home_tiers(profile if e.policy == "static" else popularity, slots, peer_slots, host_slots)
     s = e.step
@@ -292,7 +298,7 @@ def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, list[Re
 
 def serve_metrics(eng: EngineSetup, recs: list[RequestRecord]) -> dict[str, float]:
     tokens = sum(r.output_tokens for r in recs)
-    decode = sum(r.decode_s for r in recs)
+    decode = sum(r.decode_s for r in recs) or float("nan")  # all step costs zero: no rate to report
     idle_share = eng.params.break_idle_share
     busy = sum(r.compute_s + r.stall_s + (1 - idle_share) * r.break_s for r in recs)
     out = {

@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeInt,
     PositiveFloat,
     ValidationError,
     ValidationInfo,
@@ -121,7 +122,7 @@ class Power(Strict):
 class PeerTier(Strict):
     """Another GPU of the machine holding expert copies and computing the routed experts it holds."""
 
-    slots: Literal["auto"] | int = Field(
+    slots: Literal["auto"] | NonNegativeInt = Field(
         "auto", description="Expert copies it holds, or auto: its free VRAM (after reserved_gib, overhead_gib and "
         "reserve_mib) in whole slots.")
     overhead_gib: float = Field(0.0, ge=0, description="The engine's own VRAM on this GPU besides expert copies (GiB).")
@@ -142,7 +143,7 @@ class Engine(Strict):
     context_tokens: int = Field(0, ge=0, description="Context the engine allocates KV for (tokens).")
     runtime_gib: float = Field(0.0, ge=0, description="CUDA context, activations and buffers (GiB).")
     cache_reserve_mib: float = Field(700, ge=0, description="VRAM the engine keeps free (MiB).")
-    expert_cache: Literal["auto"] | int = Field(
+    expert_cache: Literal["auto"] | NonNegativeInt = Field(
         "auto", description="Slots of the expert cache, or auto: sized from the VRAM free at start.")
     policy: Literal["static", "lru", "lfu"] = Field("static", description="Expert-cache policy.")
     profile_seed: int | None = Field(

@@ -179,8 +179,9 @@ def test_lookups_resolve_to_tiers_peer_host_and_disk(fidelity):
     eng, recs = serve(scn, np.random.default_rng(0))
     assert eng.peer_slots == (100,) and eng.host_slots == 51  # 0.05 GiB of RAM in 1 MiB experts
     assert list(np.bincount(eng.tier[~eng.resident], minlength=3)) == [100, 51, 512 - 312 - 100 - 51]
-    auto = setup_engine(tiered_scenario(machines__server__engine__peers__g1__slots="auto"), "server")
-    assert auto.peer_slots == (256,)  # 16 - 15.75 GiB free on the peer, 1 MiB slots
+    auto = setup_engine(tiered_scenario(machines__server__engine__peers__g1__slots="auto",
+                                        machines__server__gpus__g1__reserved_gib=15.9), "server")
+    assert auto.peer_slots == (102,)  # 16 - 15.9 GiB free on the peer in 1 MiB slots
     lookups = sum(r.lookups for r in recs)
     hits, peer, disk = (sum(getattr(r, k) for r in recs) for k in ("hits", "peer_lookups", "disk_lookups"))
     pop = eng.popularity.ravel() / eng.moe.layers
@@ -223,3 +224,49 @@ def test_engine_overhead_from_dense_weights_kv_and_runtime():
     with pytest.raises(ScenarioError, match="kv_kib_per_token"):
         moe_scenario(machines__server__engine__overhead_gib=None, models__moe__moe__dense_gib=0.1,
                      machines__server__engine__context_tokens=1024)
+
+
+def test_step_law_of_a_skewed_request_with_a_hot_set():
+    """Hit probability and expected distinct experts against a direct computation of the request's own law."""
+    from sim.expert_counts import step_law
+    from sim.routing import request_popularity
+
+    eng = setup_engine(moe_scenario(), "server")
+    hot = np.array([[layer * 64 + e for e in (1, 5, 9)] for layer in range(8)])
+    q = 0.8 * request_popularity(eng.popularity, 1.3).ravel()
+    q[hot.ravel()] += 0.2 / 3
+    law = step_law(request_popularity(eng.popularity, 1.3), eng.resident, hot, 0.2, 12.0)
+    assert law.hit_rate == pytest.approx((q * eng.resident).sum() / 8, rel=1e-9)
+    touch = 1 - (1 - q) ** 12
+    assert law.missed_mean[0].sum() == pytest.approx((touch * ~eng.resident).sum(), rel=1e-9)
+    assert law.resident_mean.sum() == pytest.approx((touch * eng.resident).sum(), rel=1e-9)
+
+
+def test_counts_fidelity_agrees_with_every_lookup_across_tiers():
+    runs = {}
+    for fidelity in ("counts", "lookups"):
+        recs = serve(tiered_scenario(serve__fidelity=fidelity, serve__requests=200), np.random.default_rng(4))[1]
+        lookups = sum(r.lookups for r in recs)
+        runs[fidelity] = (sum(r.output_tokens for r in recs) / sum(r.decode_s for r in recs),
+                          sum(r.peer_lookups for r in recs) / lookups, sum(r.disk_lookups for r in recs) / lookups)
+    (fast, fast_peer, fast_disk), (exact, exact_peer, exact_disk) = runs["counts"], runs["lookups"]
+    assert fast == pytest.approx(exact, rel=0.08)
+    assert fast_peer == pytest.approx(exact_peer, abs=0.01) and fast_disk == pytest.approx(exact_disk, abs=0.005)
+
+
+def test_peer_copies_are_capped_and_negative_slots_rejected():
+    from sim.errors import ScenarioError
+
+    eng = setup_engine(tiered_scenario(machines__server__engine__peers__g1__slots=10_000), "server")
+    assert eng.peer_slots == (512 - 312,)  # only the experts the VRAM cache does not hold
+    with pytest.raises(ScenarioError, match="slots"):
+        tiered_scenario(machines__server__engine__peers__g1__slots=-1)
+    with pytest.raises(ScenarioError, match="expert_cache"):
+        moe_scenario(machines__server__engine__expert_cache=-5)
+
+
+def test_an_engine_larger_than_its_card_cannot_start():
+    from sim.errors import SimulationError
+
+    with pytest.raises(SimulationError, match="does not fit"):
+        setup_engine(moe_scenario(machines__server__engine__overhead_gib=1.0), "server")

@@ -129,3 +129,14 @@ def test_fit_moe_writes_a_calibration_the_scenario_can_use(tmp_path):
     assert text.startswith("# MoE routing") and "sim fit-moe" in text and "held_reason" in text
     scn, _ = load_scenario(GEN3, [f"calibrations=[{out}]"])
     assert scn.machines["strata_box"].engine.power.stalled_w > 0
+
+
+def test_fit_moe_names_a_missing_measurement(tmp_path):
+    for name in ("strata_gen3_5090.csv", "strata_parallel_slots.csv", "strata_spill_buckets.csv"):
+        text = open(os.path.join(CALIBRATION, name), encoding="utf-8").read()
+        if name == "strata_gen3_5090.csv":
+            text = "\n".join(line for line in text.splitlines() if not line.startswith("round1_decode_tok_s"))
+        (tmp_path / name).write_text(text)
+    r = CliRunner().invoke(main, ["fit-moe", GEN3, "--tables", str(tmp_path), "--requests", "20", "--max-evals", "1"])
+    assert r.exit_code == 2
+    assert "round1_decode_tok_s" in r.stderr and "missing" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -168,10 +168,10 @@ def fit_loading(scenario: str, tables: tuple[str, ...], out_file: str | None, as
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--tables", "tables_dir", type=click.Path(file_okay=False), default="calibration", show_default=True,
               help="Folder holding strata_gen3_5090.csv, strata_parallel_slots.csv, strata_spill_buckets.csv.")
-@click.option("--requests", type=click.IntRange(min=20), default=150, show_default=True,
+@click.option("--requests", type=click.IntRange(min=20), default=2000, show_default=True,
               help="Simulated requests per round and evaluation.")
-@click.option("--max-evals", type=click.IntRange(min=1), default=400, show_default=True,
-              help="Simulations the search may run.")
+@click.option("--max-evals", type=click.IntRange(min=1), default=40, show_default=True,
+              help="Simulations the search may run (from the starting values in sim/fit_moe.py).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Common random numbers.")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
               help="Write the calibration YAML here (the scenario's calibrations: entry).")

@@ -230,7 +230,7 @@ def _from_x(f: Free, x: float) -> float:
     return min(max(v, f.lo), f.hi)
 
 
-def fit_moe(path: str, tables_dir: str, requests: int = 150, seed: int = 0, max_evals: int = 400,
+def fit_moe(path: str, tables_dir: str, requests: int = 2000, seed: int = 0, max_evals: int = 40,
             start: dict[str, float] | None = None, log=None) -> MoeFit:
     from scipy.optimize import minimize
 

@@ -67,8 +67,6 @@ def run_text(res: RunResult) -> str:
 
 
 def serve_lines(res: RunResult) -> list[str]:
-    from .moe_serve import spill_buckets
-
     eng, m, scn = res.engine, res.serve_metrics, res.scenario
     assert eng is not None and scn.serve is not None
     sv, moe, p = scn.serve, eng.moe, eng.params
@@ -102,7 +100,7 @@ def serve_lines(res: RunResult) -> list[str]:
     out.append(f"  link: {p.link_share:.0%} of {p.link_gbps:.1f} GB/s for expert reads; CPU computes up to one missed "
                f"expert per {p.cpu_expert_s * 1e6:.0f} us of GPU work per layer")
     out.append("  decode tok/s by request spill share and hit rate (percent):")
-    for b in spill_buckets(res.requests):
+    for b in res.buckets:
         if b["requests"]:
             hi = "" if b["high_pct"] is None else f"{b['high_pct']:g}"
             span = "0 (none)" if b["low_pct"] == 0 and b["high_pct"] == 0 else f"{b['low_pct']:g}-{hi}"

@@ -26,6 +26,7 @@ picks a column, its fraction decides column or alias) and two gathers, for a who
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -92,6 +93,7 @@ class AliasTables:
                 prob[row, i], alias[row, i] = 1.0, i
         return cls(prob, alias)
 
+    @cached_property
     def flat(self) -> tuple[np.ndarray, np.ndarray]:
         """Tables flattened to 1-D (layer-major) for fast gathers: (prob float32, alias as flat index int32)."""
         layers, n = self.prob.shape
@@ -113,7 +115,6 @@ class RequestRouter:
     last: np.ndarray | None = None  # [layers, top_k] flat ids of the previous token
 
     def __post_init__(self) -> None:
-        self._flat = self.tables.flat()
         self._cdf: np.ndarray | None = None  # built on first use: the counts fidelity never samples lookups
         self._offset = (np.arange(self.law.layers, dtype=np.int32) * self.law.experts)[:, None]
         self._layer_index = np.arange(self.law.layers)[:, None]
@@ -137,7 +138,7 @@ class RequestRouter:
         """[tokens, layers, top_k] expert ids (layer-major flat ids: layer * experts + expert) for the next tokens."""
         law, rng = self.law, self.rng
         n, layers, k = law.experts, law.layers, law.top_k
-        prob, alias = self._flat
+        prob, alias = self.tables.flat
         shape = (tokens, layers, k)
         u = rng.random(shape, dtype=np.float32) * n
         col = u.astype(np.int32)

@@ -23,6 +23,7 @@ class RunResult:
     engine: EngineSetup | None = None
     requests: list[RequestRecord] = field(default_factory=list)
     serve_metrics: dict[str, float] = field(default_factory=dict)
+    buckets: list[dict] = field(default_factory=list)  # requests by spill share and hit rate
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -44,6 +45,7 @@ def run(scn: Scenario, seed: int) -> RunResult:
     if scn.serve is not None:  # its own random stream: adding a serve section leaves the jobs' draws unchanged
         res.engine, res.requests = serve(scn, np.random.default_rng([seed, 1]))
         res.serve_metrics = serve_metrics(res.engine, res.requests)
+        res.buckets = spill_buckets(res.requests)
     res.metrics = flat_metrics(res)
     return res
 
@@ -93,7 +95,7 @@ def summary(res: RunResult, scenario_file: str) -> dict:
     out = {"scenario": res.scenario.name, "scenario_file": scenario_file, "seed": res.seed,
            "metrics": res.metrics, "jobs": [job_dict(j) for j in res.jobs]}
     if res.engine is not None:
-        out["spill_buckets"] = spill_buckets(res.requests)
+        out["spill_buckets"] = res.buckets
     return out
 
 
@@ -128,5 +130,5 @@ def tables(res: RunResult) -> dict[str, list[dict]]:
     out = {"loads": loads, "load_stages": stages, "links": links, "jobs": jobs, "estimates": estimates}
     if res.engine is not None:
         out["requests"] = request_rows(res.requests)
-        out["spill_buckets"] = spill_buckets(res.requests)
+        out["spill_buckets"] = res.buckets
     return out

@@ -29,7 +29,7 @@ def main() -> None:
     for fidelity, requests in (("counts", args.requests), ("lookups", max(10, args.requests // 10))):
         scn, _ = load_scenario(SCENARIO, [f"serve.requests={requests}", f"serve.fidelity={fidelity}"])
         start = time.perf_counter()
-        _, recs = serve(scn, np.random.default_rng(0))
+        _, recs, _ = serve(scn, np.random.default_rng(0))
         wall = time.perf_counter() - start
         tokens = sum(r.output_tokens for r in recs)
         eng = setup_engine(scn, scn.serve.machine)

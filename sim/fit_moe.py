@@ -171,8 +171,8 @@ def _round_scenarios(path: str, overrides: list[str]) -> tuple[Scenario, Scenari
 def observe(path: str, overrides: list[str], requests: int, seed: int) -> dict:
     """Simulate both rounds; the observables the targets name, plus the records and metrics of each round."""
     r1, r2 = _round_scenarios(path, [*overrides, f"serve.requests={requests}"])
-    e1, rec1 = serve(r1, np.random.default_rng([seed, 1]))
-    e2, rec2 = serve(r2, np.random.default_rng([seed, 2]))
+    e1, rec1, _ = serve(r1, np.random.default_rng([seed, 1]))
+    e2, rec2, _ = serve(r2, np.random.default_rng([seed, 2]))
     m1, m2 = serve_metrics(e1, rec1), serve_metrics(e2, rec2)
     obs = {"r1_hit_rate_median": m1["expert_hit_rate"], "r1_decode_tok_s": m1["decode_tok_s"],
            "r1_gpu_busy_share": m1["gpu_busy_share"], "r2_gpu_busy_share": m2["gpu_busy_share"],

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import simpy
 
 from .errors import SimulationError
 from .expert_cache import auto_slots, che_hit_probabilities, home_tiers, static_cache
@@ -20,8 +19,10 @@ from .expert_counts import CountSampler, draws_per_step, step_law
 from .hardware import link_info
 from .routing import AliasTables, RequestRouter, RoutingLaw, layer_popularity, request_popularity
 from .scenario import Engine, Moe, Scenario
+from .server import Timeline, request_work, simulate
 from .stepcost import StepParams, StepTimes, expected_tokens_per_step, step_times, tokens_per_step
 from .units import GIB, MIB
+from .workload import build_table
 
 CHUNK_STEPS = 64
 
@@ -46,6 +47,10 @@ class EngineSetup:
     tier: np.ndarray  # flat: where an expert is served from when not in VRAM (0..P-1 peers, P host RAM, P+1 disk)
     peer_slots: tuple[int, ...] = ()
     host_slots: int | None = None  # experts host RAM holds (None: all)
+    slot_slots: int = 0  # experts each decode slot caches (slots // parallel)
+    prefill_resident: np.ndarray | None = None  # flat mask of experts in VRAM, whole cache (prefill streams the rest)
+    peer_paged: tuple[bool, ...] = ()  # per peer: its free VRAM fell under the paging threshold
+    vram: tuple[tuple[str, float, float], ...] = ()  # per GPU: (name, used MiB, total MiB)
 
     @property
     def peers(self) -> int:
@@ -91,36 +96,51 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     slots = auto_slots(free, moe.expert_mib, e.cache_reserve_mib, moe.draft.head_mib) if e.expert_cache == "auto" \
         else int(e.expert_cache)
     slots = min(slots, total)
+    per_slot = slots // e.parallel  # the engine divides its cache among its decode slots
     r = moe.routing
     law = RoutingLaw(moe.layers, moe.experts_per_layer, moe.top_k, r.exponent, r.locality, r.drift_weight,
                      r.drift_hot_experts, r.drift_concentration, r.exponent_spread)
     popularity = layer_popularity(law, np.random.default_rng(r.popularity_seed))
     profile = popularity if e.profile_seed is None else layer_popularity(law, np.random.default_rng(e.profile_seed))
     if e.policy == "static":
-        resident = static_cache(profile, slots)
+        resident = static_cache(profile, per_slot)
     elif e.policy == "lru":  # Che's approximation: each expert is resident with its characteristic-time probability
-        resident = che_hit_probabilities(popularity.ravel(), slots)
+        resident = che_hit_probabilities(popularity.ravel(), per_slot)
     else:  # in-cache LFU under a stationary law keeps the most frequently used experts: a cache of the true profile
-        resident = static_cache(popularity, slots)
+        resident = static_cache(popularity, per_slot)
+    ranked = profile if e.policy == "static" else popularity
     peer_slots: list[int] = []
+    vram_rows = [(e.gpu, (gpu.reserved_gib + overhead) * GIB / MIB + slots * moe.expert_mib + moe.draft.head_mib,
+                  vram * GIB / MIB)]
+    paged: list[bool] = []
+    expert_s: list[float] = []
     for name, peer in e.peers.items():  # each holds at most the experts no faster tier holds
         g = m.gpus[name]
+        card_mib = scn.gpus[g.type].vram_gib * GIB / MIB
         peer_free = scn.gpus[g.type].vram_gib - g.reserved_gib - peer.overhead_gib
         wanted = auto_slots(peer_free, moe.expert_mib, peer.reserve_mib, 0.0) if peer.slots == "auto" \
             else int(peer.slots)
-        peer_slots.append(min(wanted, total - slots - sum(peer_slots)))
+        peer_slots.append(max(min(wanted, total - slots - sum(peer_slots)), 0))
+        used = (g.reserved_gib + peer.overhead_gib) * GIB / MIB + peer_slots[-1] * moe.expert_mib + peer.runtime_mib
+        vram_rows.append((name, used, card_mib))
+        paged.append(card_mib - used < peer.paging_threshold_mib)
+        if paged[-1] and peer.paged_expert_s is None:
+            raise SimulationError(f"machines.{machine}.engine.peers.{name}: {card_mib - used:.0f} MiB left free is "
+                                  f"under paging_threshold_mib {peer.paging_threshold_mib:g}, and paged_expert_s "
+                                  "is not given")
+        expert_s.append(peer.paged_expert_s if paged[-1] else peer.expert_s)
     host_slots = None if e.host_ram_gib is None else int(e.host_ram_gib * GIB // (moe.expert_mib * MIB))
-    tier = home_tiers(profile if e.policy == "static" else popularity, slots, peer_slots, host_slots)
+    tier = home_tiers(ranked, slots, peer_slots, host_slots)  # ranks per_slot..slots: other slots; host RAM here
     s = e.step
     disk = scn.disks[m.disk] if e.host_ram_gib is not None and m.disk is not None else None
     params = StepParams(s.dense_s, s.gpu_expert_s, s.cpu_expert_s, s.pcie_latency_s, s.graph_break_s, s.host_s,
                         link_info(scn, m, e.gpu).gbps, moe.expert_mib * MIB, s.link_share, s.break_idle_share,
-                        s.break_mode, tuple(p.expert_s for p in e.peers.values()),
-                        tuple(p.latency_s for p in e.peers.values()),
+                        s.break_mode, tuple(expert_s), tuple(p.latency_s for p in e.peers.values()),
                         disk.read_gbps if disk is not None and disk.read_gbps else float("inf"),
                         disk.latency_s if disk is not None else 0.0)
     return EngineSetup(machine, e, moe, vram, gpu.reserved_gib, overhead, free, slots, law, popularity,
-                       AliasTables.build(popularity), resident, params, tier, tuple(peer_slots), host_slots)
+                       AliasTables.build(popularity), resident, params, tier, tuple(peer_slots), host_slots, per_slot,
+                       static_cache(ranked, slots), tuple(paged), tuple(vram_rows))
 
 
 @dataclass
@@ -147,6 +167,14 @@ class RequestRecord:
     stall_s: float
     break_s: float
     idle_s: float
+    sent_s: float = 0.0  # the client sent it
+    arrival_s: float = 0.0  # it reached the engine (sent + request_overhead_s)
+    queue_wait_s: float = 0.0  # from reaching the engine to getting a slot
+    prefill_s: float = 0.0  # GPU seconds of its prefill
+    end_s: float = 0.0
+    end: str = "stop"  # stop, length, cancelled, rejected
+    cached_tokens: int = 0
+    client: int = -1
 
     @property
     def hit_rate(self) -> float:
@@ -272,36 +300,46 @@ def _decode_lookups(eng: EngineSetup, router: RequestRouter, tokens: int, rng: n
     acc["output_tokens"] = produced
 
 
-def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, list[RequestRecord]]:
-    """Serve the scenario's requests one after another on its engine."""
+def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, list[RequestRecord], Timeline]:
+    """Serve the scenario's workload on its engine (sim.server): returns the engine, one record per request (in
+    sending order) and the run's timeline."""
     assert scn.serve is not None
     sv = scn.serve
     eng = setup_engine(scn, sv.machine)
-    env = simpy.Environment()
-    records: list[RequestRecord] = []
-    lengths = rng.integers(sv.output_tokens_min, sv.output_tokens_max + 1, size=sv.requests)
+    table = build_table(sv, rng)
+    work = request_work(eng, table, sv.max_tokens, rng, sv.fidelity)
+    w = sv.workload
+    tl = simulate(table, work, eng.engine.parallel, sv.request_overhead_s, w.think_s, w.think_law,
+                  sv.admission.queue_limit, sv.admission.timeout_s, rng)
+    d = work.decode
+    records = []
+    for i in range(len(table)):
+        served = tl.end[i] in ("stop", "length")
+        sums = {k: (float(d[k][i]) if served else 0.0) for k in _SUMS}
+        for k in _SUMS:
+            if k not in ("decode_s", "compute_s", "stall_s", "break_s", "idle_s"):
+                sums[k] = int(sums[k])
+        records.append(RequestRecord(
+            i, int(table.prompt_tokens[i]), int(work.output_tokens[i]) if served else 0, float(tl.start_s[i]),
+            float(tl.first_token_s[i] - tl.sent_s[i]) if served else float("nan"), **sums,
+            sent_s=float(tl.sent_s[i]), arrival_s=float(tl.arrival_s[i]),
+            queue_wait_s=float((tl.start_s[i] if served else tl.end_s[i]) - tl.arrival_s[i]),
+            prefill_s=float(work.prefill_s[i]), end_s=float(tl.end_s[i]),
+            end=tl.end[i], cached_tokens=int(table.cached_tokens[i]), client=int(table.client[i])))
+    return eng, records, tl
 
-    def requests():
-        for i, tokens in enumerate(lengths):
-            start = env.now
-            prefill_s = sv.prompt_tokens / eng.engine.prefill_tok_s
-            yield env.timeout(prefill_s)
-            d = decode_request(eng, int(tokens), rng, sv.fidelity)
-            yield env.timeout(d["decode_s"])
-            records.append(RequestRecord(i, sv.prompt_tokens, int(d["output_tokens"]), start,
-                                         prefill_s + d["first_step_s"], **{k: d[k] for k in _SUMS}))
 
-    env.process(requests())
-    env.run()
-    return eng, records
-
-
-def serve_metrics(eng: EngineSetup, recs: list[RequestRecord]) -> dict[str, float]:
+def serve_metrics(eng: EngineSetup, all_recs: list[RequestRecord], tl: Timeline | None = None) -> dict[str, float]:
+    """Decode telemetry over the served requests; with the run's timeline, the load metrics too."""
+    recs = [r for r in all_recs if r.end in ("stop", "length")]
+    out = load_metrics(eng, all_recs, tl) if tl is not None else {}
+    if not recs:
+        return out
     tokens = sum(r.output_tokens for r in recs)
     decode = sum(r.decode_s for r in recs) or float("nan")  # all step costs zero: no rate to report
     idle_share = eng.params.break_idle_share
     busy = sum(r.compute_s + r.stall_s + (1 - idle_share) * r.break_s for r in recs)
-    out = {
+    out |= {
         "expert_slots": float(eng.slots),
         "expert_coverage": eng.coverage,
         "expert_cache_gib": eng.cache_gib,
@@ -329,6 +367,44 @@ def serve_metrics(eng: EngineSetup, recs: list[RequestRecord]) -> dict[str, floa
     return out
 
 
+def load_metrics(eng: EngineSetup, recs: list[RequestRecord], tl: Timeline) -> dict[str, float]:
+    """Throughput, TTFT, queueing and admission over the whole run; VRAM per GPU. Little's law check: the
+    time-averaged number of requests in the engine (integrated over the run) against arrival rate x mean time in it."""
+    served = [r for r in recs if r.end in ("stop", "length")]
+    ttft = np.array([r.ttft_s for r in served])
+    wait = np.array([r.queue_wait_s for r in recs if r.end != "rejected"])
+    span = tl.makespan_s
+    tokens = sum(r.output_tokens for r in served)
+    new_tokens = sum(r.prompt_tokens - r.cached_tokens for r in served)
+    prefill = sum(r.prefill_s for r in served)
+    out: dict[str, float] = {
+        "requests_completed": float(len(served)),
+        "requests_rejected": float(sum(r.end == "rejected" for r in recs)),
+        "requests_cancelled": float(sum(r.end == "cancelled" for r in recs)),
+        "requests_length": float(sum(r.end == "length" for r in recs)),
+        "throughput_tok_s": tokens / span if span > 0 else float("nan"),
+        "requests_per_s": len(served) / span if span > 0 else float("nan"),
+        "makespan_s": span,
+        "queue_wait_mean_s": float(wait.mean()) if wait.size else 0.0,
+        "queue_peak": float(tl.peak_queue),
+        "gpu_active_share": tl.busy_s / span if span > 0 else float("nan"),
+        "slots_active_mean": tl.slots_area / span if span > 0 else float("nan"),
+        "prefill_tok_s": new_tokens / prefill if prefill > 0 else float("nan"),
+    }
+    if ttft.size:
+        out |= {"ttft_p50_s": float(np.percentile(ttft, 50)), "ttft_mean_s": float(ttft.mean()),
+                "ttft_p99_s": float(np.percentile(ttft, 99)),
+                "e2e_mean_s": float(np.mean([r.end_s - r.sent_s for r in served]))}
+    admitted = [r for r in recs if r.end != "rejected"]
+    if span > 0 and admitted:  # Little's law: L (integrated) = lambda x W (per request)
+        out["requests_in_engine_mean"] = tl.in_system_area / span
+        out["little_lambda_w"] = len(admitted) / span * float(np.mean([r.end_s - r.arrival_s for r in admitted]))
+    for name, used, total in eng.vram:
+        out[f"vram.{name}.used_mib"] = used
+        out[f"vram.{name}.free_mib"] = total - used
+    return out
+
+
 BUCKETS = (("pcie_spill", 0, 0), ("pcie_spill", 0, 0.5), ("pcie_spill", 0.5, 3), ("pcie_spill", 3, 5),
            ("pcie_spill", 5, None), ("hit_rate", 0, 90), ("hit_rate", 90, 95), ("hit_rate", 95, 99),
            ("hit_rate", 99, None))
@@ -343,9 +419,10 @@ def in_bucket(pct: np.ndarray, lo: float, hi: float | None) -> np.ndarray:
     return upper & ((pct > 0) if lo == 0 else (pct >= lo))
 
 
-def spill_buckets(recs: list[RequestRecord]) -> list[dict]:
-    """Requests bucketed by PCIe spill share and by hit rate (percent), as ``strata_spill_buckets.csv`` is: count
-    and mean per-request decode tok/s of each bucket."""
+def spill_buckets(all_recs: list[RequestRecord]) -> list[dict]:
+    """Served requests bucketed by PCIe spill share and by hit rate (percent), as ``strata_spill_buckets.csv`` is:
+    count and mean per-request decode tok/s of each bucket."""
+    recs = [r for r in all_recs if r.end in ("stop", "length")]
     rate = np.array([r.decode_tok_s for r in recs])
     rows = []
     for by, lo, hi in BUCKETS:
@@ -359,7 +436,10 @@ def spill_buckets(recs: list[RequestRecord]) -> list[dict]:
 
 def request_rows(recs: list[RequestRecord]) -> list[dict]:
     """``requests.csv``: one row per request, shares as fractions, times in seconds."""
-    return [{"request": r.id, "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
+    return [{"request": r.id, "client": r.client, "end": r.end, "sent_s": r.sent_s, "arrival_s": r.arrival_s,
+             "queue_wait_s": r.queue_wait_s, "end_s": r.end_s, "e2e_s": r.end_s - r.sent_s,
+             "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens, "prefill_s": r.prefill_s,
+             "output_tokens": r.output_tokens,
              "hit_rate": r.hit_rate, "pcie_share": r.pcie_share, "decode_tok_s": r.decode_tok_s, "ttft_s": r.ttft_s,
              "start_s": r.start_s, "decode_s": r.decode_s, "compute_s": r.compute_s, "stall_s": r.stall_s,
              "eager_s": r.break_s, "host_s": r.idle_s, "lookups": r.lookups, "vram_hits": r.hits,

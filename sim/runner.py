@@ -12,6 +12,7 @@ from .labsim import JobRecord, run_jobs
 from .moe_serve import EngineSetup, RequestRecord, request_rows, serve, serve_metrics, spill_buckets
 from .probes import ProbeReport, link_metrics, probe_machine, probe_metrics
 from .scenario import Scenario
+from .server import Timeline
 
 
 @dataclass
@@ -24,6 +25,7 @@ class RunResult:
     requests: list[RequestRecord] = field(default_factory=list)
     serve_metrics: dict[str, float] = field(default_factory=dict)
     buckets: list[dict] = field(default_factory=list)  # requests by spill share and hit rate
+    timeline: Timeline | None = None
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -43,8 +45,8 @@ def run(scn: Scenario, seed: int) -> RunResult:
     jobs = run_jobs(scn, rng)
     res = RunResult(scn, seed, probes, jobs)
     if scn.serve is not None:  # its own random stream: adding a serve section leaves the jobs' draws unchanged
-        res.engine, res.requests = serve(scn, np.random.default_rng([seed, 1]))
-        res.serve_metrics = serve_metrics(res.engine, res.requests)
+        res.engine, res.requests, res.timeline = serve(scn, np.random.default_rng([seed, 1]))
+        res.serve_metrics = serve_metrics(res.engine, res.requests, res.timeline)
         res.buckets = spill_buckets(res.requests)
     res.metrics = flat_metrics(res)
     return res

@@ -129,6 +129,39 @@ class PeerTier(Strict):
     reserve_mib: float = Field(0.0, ge=0, description="VRAM left unused on this GPU (MiB).")
     expert_s: float = Field(gt=0, description="This GPU's time per routed expert it computes (s).")
     latency_s: float = Field(ge=0, description="Activations to the peer and back, per layer that uses it (s).")
+    runtime_mib: float = Field(
+        0.0, ge=0, description="VRAM allocated on this GPU after the copies are placed (compute buffers, another "
+        "process's working memory) (MiB): placement does not see it.")
+    paging_threshold_mib: float = Field(
+        0.0, description="When VRAM left free on this GPU falls under this (MiB), the driver pages its memory and "
+        "expert work there runs at paged_expert_s.")
+    paged_expert_s: float | None = Field(
+        None, gt=0, description="Time per routed expert this GPU computes while its memory is paged (s).")
+
+
+class Prefill(Strict):
+    """Prompt processing in chunks (sim.prefill): compute, streaming of the experts a chunk touches that are not in
+    VRAM (over the engine GPU's link, overlapped with compute), KV beyond the resident cells through host RAM."""
+
+    chunk_tokens: int = Field(2048, gt=0, description="Prompt tokens per chunk (ubatch).")
+    token_s: float = Field(gt=0, description="GPU time per prompt token within the resident KV (s).")
+    fixed_s: float = Field(0.0, ge=0, description="Set-up time of each prefill that reads at least one token (s).")
+    kv_resident_tokens: int | None = Field(
+        None, gt=0, description="KV cells kept in VRAM; tokens beyond them stream their KV through host RAM.")
+    kv_spill_token_s: float = Field(0.0, ge=0, description="Extra time per prompt token beyond kv_resident (s).")
+    stream_share: float = Field(
+        1.0, gt=0, le=1, description="Share of the link's copy rate expert streaming gets during prefill.")
+
+
+class LayerSplit(Strict):
+    """Layers divided across the machine's GPUs in proportion to the VRAM each gives the model."""
+
+    hop_s: float = Field(ge=0, description="Latency of moving a step's activations across one card boundary (s).")
+    activation_kib_per_token: float = Field(
+        ge=0, description="Activations crossing a boundary per position per step (KiB).")
+    gpus: list[str] = Field(description="GPUs in pipeline order after the engine's own.")
+    layer_s_scale: list[PositiveFloat] = Field(
+        description="Per listed GPU: its time per layer relative to the engine's GPU (>1: slower card).")
 
 
 class Engine(Strict):
@@ -148,7 +181,17 @@ class Engine(Strict):
     policy: Literal["static", "lru", "lfu"] = Field("static", description="Expert-cache policy.")
     profile_seed: int | None = Field(
         None, ge=0, description="Static profile built on another workload (its popularity seed); default: served one.")
-    prefill_tok_s: float = Field(gt=0, description="Prompt tokens read per second (tok/s).")
+    prefill_tok_s: float | None = Field(
+        None, gt=0, description="Prompt tokens read per second (tok/s), when no `prefill` mechanism is given.")
+    prefill: Prefill | None = None
+    parallel: int = Field(1, gt=0, le=256, description="Decode slots; the expert cache is divided among them.")
+    batching: bool = Field(
+        False, description="Continuous batching: one step serves every active slot and fetches the union of their "
+        "experts. Default: slots take turns on the GPU.")
+    placement: Literal["experts", "layer_split"] = Field(
+        "experts", description="experts: peers hold expert copies; layer_split: layers divided across the GPUs, "
+        "activations cross every card boundary at every step.")
+    layer_split: LayerSplit | None = None
     peers: dict[str, PeerTier] = Field(
         default_factory=dict, description="Peer GPUs of this machine holding expert copies, by GPU name, in order.")
     host_ram_gib: float | None = Field(
@@ -263,14 +306,54 @@ class Job(Strict):
         None, description="per_job isolation only: machines where the model is resident when this job starts.")
 
 
+class Workload(Strict):
+    """Where requests come from (sim.workload)."""
+
+    kind: Literal["sequential", "closed", "open", "trace", "agent"] = Field(
+        "sequential", description="sequential: one request after another; closed: `clients` clients, each sending "
+        "its next request `think_s` after its last answer; open: arrivals at `rate_per_s`; trace: replay a CSV; "
+        "agent: `clients` sessions whose context grows turn by turn.")
+    clients: int = Field(1, gt=0, le=100_000, description="Closed-loop clients, or concurrent agent sessions.")
+    think_s: float = Field(0.0, ge=0, description="Mean time between an answer and the client's next request (s).")
+    think_law: Literal["fixed", "exponential"] = Field("fixed", description="Law of the think time.")
+    rate_per_s: PositiveFloat | None = Field(None, description="Open loop: mean arrival rate (requests/s).")
+    arrival_law: Literal["poisson", "uniform"] = Field(
+        "poisson", description="Open loop: poisson (exponential gaps) or uniform (evenly spaced).")
+    trace: str | None = Field(
+        None, description="Trace CSV (relative to the scenario file): columns arrived_at (s), num_prefill_tokens, "
+        "num_decode_tokens (Azure 2023 layout), optional cached_tokens and acceptance; or arrival_s, prompt_tokens, "
+        "cached_tokens, output_tokens, acceptance.")
+    time_scale: PositiveFloat = Field(1.0, description="Trace: arrival times multiplied by this (<1: more load).")
+    turn_tokens: int = Field(2000, gt=0, description="Agent: new prompt tokens per turn (tool output, user text).")
+    turns: int = Field(8, gt=0, description="Agent: turns per session.")
+
+
+class Admission(Strict):
+    """What the engine does with requests it cannot start at once. Default: unbounded FIFO, rejects nothing."""
+
+    queue_limit: NonNegativeInt | None = Field(
+        None, description="Requests that may wait; an arrival finding it full is rejected. Default: unbounded.")
+    timeout_s: PositiveFloat | None = Field(
+        None, description="A request still waiting after this long is cancelled (s). Default: never.")
+
+
 class Serve(Strict):
-    """Single-stream requests served by a machine's engine, one after another."""
+    """Requests served by a machine's engine: where they come from, their lengths, and admission."""
 
     machine: str = Field(description="Machine whose engine serves the requests.")
-    requests: int = Field(100, gt=0, le=1_000_000, description="Number of requests.")
+    requests: int = Field(100, gt=0, le=1_000_000, description="Number of requests (trace: its first rows).")
     output_tokens_min: int = Field(150, gt=0, description="Shortest generation (tokens); lengths are uniform.")
     output_tokens_max: int = Field(260, gt=0, description="Longest generation (tokens).")
+    output_tokens_mean: PositiveFloat | None = Field(
+        None, description="If set, lengths are exponential with this mean (tokens, at least 1) instead of uniform.")
     prompt_tokens: int = Field(26, ge=0, description="Prompt tokens of each request.")
+    cached_tokens: int = Field(0, ge=0, description="Of those, tokens already in the engine's prompt cache.")
+    max_tokens: int | None = Field(None, gt=0, description="Generation cap; a request that reaches it ends 'length'.")
+    request_overhead_s: float = Field(
+        0.0, ge=0, description="Client, HTTP and tokenizer time before a request reaches the engine queue (s); part "
+        "of TTFT, not GPU time.")
+    workload: Workload = Workload()
+    admission: Admission = Admission()
     fidelity: Literal["counts", "lookups"] = Field(
         "counts", description="counts: sample distinct experts per layer-step (fast); lookups: every expert lookup.")
 
@@ -345,6 +428,18 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
                 need(f"{p}.peers.{peer}", peer, m.gpus, "a GPU of this machine")
                 if peer == e.gpu:
                     errs.append((f"{p}.peers.{peer}", peer, "a GPU other than the engine's own"))
+            if e.prefill_tok_s is None and e.prefill is None:
+                errs.append((f"{p}.prefill_tok_s", None, "a prompt rate (tok/s), or a 'prefill' section"))
+            if e.placement == "layer_split":
+                ls = e.layer_split
+                if ls is None:
+                    errs.append((f"{p}.layer_split", None, "a 'layer_split' section for placement layer_split"))
+                else:
+                    for i, gname in enumerate(ls.gpus):
+                        need(f"{p}.layer_split.gpus.{i}", gname, m.gpus, "a GPU of this machine")
+                    if len(ls.layer_s_scale) != len(ls.gpus):
+                        errs.append((f"{p}.layer_split.layer_s_scale", ls.layer_s_scale,
+                                     f"one value per GPU of layer_split.gpus ({len(ls.gpus)})"))
             if e.host_ram_gib is not None and m.disk is None:
                 errs.append((f"{p}.host_ram_gib", e.host_ram_gib, "a machine 'disk' to hold the experts beyond it"))
         for gname, g in m.gpus.items():
@@ -375,6 +470,13 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
         need("serve.machine", s.serve.machine, s.machines, "a machine")
         if s.serve.machine in s.machines and s.machines[s.serve.machine].engine is None:
             errs.append(("serve.machine", s.serve.machine, "a machine with an 'engine'"))
+        w = s.serve.workload
+        if s.serve.cached_tokens > s.serve.prompt_tokens:
+            errs.append(("serve.cached_tokens", s.serve.cached_tokens, "at most prompt_tokens"))
+        if w.kind == "open" and w.rate_per_s is None:
+            errs.append(("serve.workload.rate_per_s", None, "a rate (requests/s) for an open-loop workload"))
+        if w.kind == "trace" and w.trace is None:
+            errs.append(("serve.workload.trace", None, "a trace CSV path for a trace workload"))
         if s.serve.output_tokens_max < s.serve.output_tokens_min:
             errs.append(("serve.output_tokens_max", s.serve.output_tokens_max, "at least output_tokens_min"))
     if s.report.load_model is not None:

@@ -75,10 +75,12 @@ class StepTimes:
 
 
 def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: bool = False,
-               peer: np.ndarray | None = None, disk: np.ndarray | None = None) -> StepTimes:
+               peer: np.ndarray | None = None, disk: np.ndarray | None = None,
+               starts: np.ndarray | None = None) -> StepTimes:
     """``resident``, ``missed``: [steps, layers] counts of distinct experts a step touches in each layer, in VRAM and
     in host RAM; ``peer``: [steps, layers, peers] held by each peer GPU; ``disk``: [steps, layers] beyond host RAM;
-    ``eager``: the request already left the fused path in an earlier step."""
+    ``eager``: the request already left the fused path in an earlier step; ``starts``: the steps belong to several
+    requests, each starting (fused) at these sorted step indices."""
     layers = resident.shape[1]
     gpu = p.dense_s / layers + p.gpu_expert_s * resident
     on_cpu = np.minimum(missed, np.floor(gpu / p.cpu_expert_s + 1e-9))  # whole experts (guarding float rounding)
@@ -93,7 +95,11 @@ def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: b
             held = peer[:, :, i]
             wait = np.maximum(wait, np.where(held > 0, latency_s + expert_s * held, 0.0))
     step_reads = reads.sum(axis=1)
-    if p.break_mode == "sticky":
+    if p.break_mode == "sticky" and starts is not None:
+        done = np.cumsum(step_reads)
+        before = np.repeat(done[starts] - step_reads[starts], np.diff(np.append(starts, step_reads.size)))
+        in_eager = done - before > 0
+    elif p.break_mode == "sticky":
         in_eager = np.logical_or(eager, np.cumsum(step_reads) > 0)
         eager = bool(in_eager[-1]) if in_eager.size else eager
     else:

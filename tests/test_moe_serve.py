@@ -78,7 +78,7 @@ def test_engine_sizes_its_cache_from_free_vram():
 def test_served_hit_rate_matches_the_cached_mass_and_telemetry_adds_up():
     from sim.expert_cache import static_hit_rate
 
-    eng, recs = serve(moe_scenario(), np.random.default_rng(0))
+    eng, recs, _ = serve(moe_scenario(), np.random.default_rng(0))
     m = serve_metrics(eng, recs)
     assert m["expert_hit_rate"] == pytest.approx(static_hit_rate(eng.resident, eng.popularity), abs=0.02)
     assert all(50 <= r.output_tokens <= 82 for r in recs)
@@ -154,7 +154,7 @@ def test_counts_fidelity_agrees_with_every_lookup(over):
     the two agree within 2% on decode)."""
     runs = {}
     for fidelity in ("counts", "lookups"):
-        scn = moe_scenario(serve__fidelity=fidelity, serve__requests=300, **over)
+        scn = moe_scenario(serve__fidelity=fidelity, serve__requests=800, **over)
         runs[fidelity] = serve_metrics(*serve(scn, np.random.default_rng(5)))
     fast, exact = runs["counts"], runs["lookups"]
     assert fast["expert_hit_rate"] == pytest.approx(exact["expert_hit_rate"], abs=0.01)
@@ -176,7 +176,7 @@ def tiered_scenario(**over):
 @pytest.mark.parametrize("fidelity", ["counts", "lookups"])
 def test_lookups_resolve_to_tiers_peer_host_and_disk(fidelity):
     scn = tiered_scenario(serve__fidelity=fidelity)
-    eng, recs = serve(scn, np.random.default_rng(0))
+    eng, recs, _ = serve(scn, np.random.default_rng(0))
     assert eng.peer_slots == (100,) and eng.host_slots == 51  # 0.05 GiB of RAM in 1 MiB experts
     assert list(np.bincount(eng.tier[~eng.resident], minlength=3)) == [100, 51, 512 - 312 - 100 - 51]
     auto = setup_engine(tiered_scenario(machines__server__engine__peers__g1__slots="auto",

@@ -28,7 +28,7 @@ def rounds():
     out = {}
     for name, extra in (("r1", []), ("r2", [ROUND2])):
         scn, _ = load_scenario(GEN3, [f"serve.requests={REQUESTS}", *extra])
-        eng, recs = serve(scn, np.random.default_rng([SEED, len(out)]))
+        eng, recs, _ = serve(scn, np.random.default_rng([SEED, len(out)]))
         out[name] = (eng, recs, serve_metrics(eng, recs))
     return out
 

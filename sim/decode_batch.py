@@ -1,0 +1,155 @@
+"""Decode of many requests at once (counts fidelity): the same mechanism as ``moe_serve.decode_request``, vectorised
+across requests so a 10,000-request trace costs seconds.
+
+A request's decode does not depend on what else the engine is doing when slots take turns on the GPU, so every
+request's verification steps are sampled up front: the tokens each step yields (its own draft acceptance), then the
+distinct experts each step touches per layer and tier (:mod:`sim.expert_counts`), then the step times
+(:mod:`sim.stepcost`, sticky eager mode per request). Requests are grouped by routing law: per-request skew is
+quantised on a grid of ``SKEW_STEP`` in z (the tails, which make the spill buckets, keep their extremes), so one
+law serves many requests;
+requests with their own drift hot set get their own law.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .expert_counts import CountSampler, StepLaw, draws_per_step, step_law
+from .routing import RequestRouter, request_popularity
+from .stepcost import step_times
+
+SKEW_STEP = 0.125  # grid of the per-request skew's normal deviate z: exponent error spread * 0.0625 at most
+MAX_CELLS = 2_000_000  # steps x layers sampled at once (memory bound: a few arrays of this many int64)
+
+FIELDS = ("decode_s", "first_step_s", "output_tokens", "steps", "lookups", "hits", "peer_lookups", "disk_lookups",
+          "routed", "pcie_reads", "cpu_experts", "peer_experts", "disk_reads", "compute_s", "stall_s", "break_s",
+          "idle_s")
+
+
+@dataclass
+class _Law:
+    law: StepLaw
+    resident: CountSampler
+    missed: list[CountSampler | None]
+
+
+def steps_needed(tokens: np.ndarray, acceptance: np.ndarray, drafts: int, rng: np.random.Generator) -> np.ndarray:
+    """Verification steps each request needs to generate its tokens: each step yields 1 + the leading accepted
+    drafts (each accepted with the request's acceptance)."""
+    steps = np.zeros(tokens.size, dtype=np.int64)
+    if drafts == 0:
+        return tokens.astype(np.int64)
+    need = tokens.astype(np.int64).copy()
+    todo = np.arange(tokens.size)
+    while todo.size:
+        a = acceptance[todo]
+        mean = np.where(a >= 1, drafts + 1.0, (1 - a ** (drafts + 1)) / np.maximum(1 - a, 1e-12))
+        m = np.ceil(need[todo] / mean * 1.3).astype(np.int64) + 8
+        owner = np.repeat(np.arange(todo.size), m)
+        accepted = rng.random((owner.size, drafts)) < a[owner, None]
+        made = np.cumprod(accepted, axis=1).sum(axis=1) + 1
+        starts = np.concatenate(([0], np.cumsum(m)[:-1]))
+        done = np.cumsum(made)
+        local = done - np.repeat(done[starts] - made[starts], m)
+        reached = local >= np.repeat(need[todo], m)
+        index = np.arange(owner.size) - np.repeat(starts, m)
+        first = np.minimum.reduceat(np.where(reached, index, np.iinfo(np.int64).max), starts)
+        finished = first < np.iinfo(np.int64).max
+        steps[todo[finished]] += first[finished] + 1
+        steps[todo[~finished]] += m[~finished]
+        need[todo[~finished]] -= local[starts[~finished] + m[~finished] - 1]
+        todo = todo[~finished]
+    return steps
+
+
+def decode_many(eng, tokens: np.ndarray, acceptance: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Per-request telemetry sums (see ``FIELDS``) of decoding ``tokens[i]`` tokens with draft acceptance
+    ``acceptance[i]`` (NaN: the model's) on engine ``eng`` (a ``moe_serve.EngineSetup``)."""
+    moe = eng.moe
+    n = tokens.size
+    out = {f: np.zeros(n) for f in FIELDS}
+    if n == 0:
+        return out
+    acc = np.where(np.isnan(acceptance), moe.draft.acceptance, acceptance)
+    steps = steps_needed(tokens, acc, moe.draft.tokens, rng)
+    out["steps"] = steps.astype(float)
+    out["output_tokens"] = tokens.astype(float)
+    law = eng.law
+    positions = 1 + moe.draft.tokens
+    draws = draws_per_step(moe.top_k, positions, law.locality)
+    tiered = eng.tier if eng.peers or eng.host_slots is not None else None
+    tiers = eng.peers + 2
+    own = law.drift_weight > 0 and law.drift_hot_experts > 0
+    z_bin = np.rint(rng.standard_normal(n) / SKEW_STEP).astype(np.int64) if law.exponent_spread > 0 \
+        else np.zeros(n, dtype=np.int64)
+    cache: dict[int, _Law] = {}
+
+    def law_for(key: int, router: RequestRouter | None) -> _Law:
+        if router is None and key in cache:
+            return cache[key]
+        skew = np.exp(law.exponent_spread * key * SKEW_STEP) if router is None else router.skew
+        pop = request_popularity(eng.popularity, float(skew))
+        sl = step_law(pop, eng.resident, None if router is None else router.hot_set,
+                      0.0 if router is None else router.drift_weight, draws, tiered, tiers, eng.peers)
+        built = _Law(sl, CountSampler.build(sl.resident_mean, sl.resident_var),
+                     [CountSampler.build(sl.missed_mean[t], sl.missed_var[t]) if sl.missed_mean[t].any() else None
+                      for t in range(tiers)])
+        if router is None:
+            cache[key] = built
+        return built
+
+    if own:  # each request its own hot set: its own law
+        groups = [(np.array([i]), law_for(0, RequestRouter.start(law, eng.tables, rng, eng.popularity)))
+                  for i in range(n)]
+    else:
+        groups = [(np.flatnonzero(z_bin == b), law_for(int(b), None)) for b in np.unique(z_bin)]
+    for members, lw in groups:
+        _decode_group(eng, members, steps, lw, positions, rng, out)
+    return out
+
+
+def _decode_group(eng, members: np.ndarray, steps: np.ndarray, lw: _Law, positions: int, rng: np.random.Generator,
+                  out: dict[str, np.ndarray]) -> None:
+    moe = eng.moe
+    layers = moe.layers
+    host = eng.peers
+    per_step_lookups = positions * layers * moe.top_k
+    # batches of whole requests, at most MAX_CELLS step-layers each (a longer request is a batch alone)
+    cells = np.cumsum(steps[members]) * layers
+    cut = np.searchsorted(cells, np.arange(MAX_CELLS, cells[-1] + MAX_CELLS, MAX_CELLS), side="left")
+    bounds = np.unique(np.concatenate(([0], np.minimum(cut + 1, members.size))))
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        idx = members[lo:hi]
+        n_steps = steps[idx]
+        total = int(n_steps.sum())
+        starts = np.concatenate(([0], np.cumsum(n_steps)[:-1]))
+        resident = lw.resident.sample(total, rng)
+        counts = [np.zeros((total, layers), dtype=np.int64) if s is None else s.sample(total, rng)
+                  for s in lw.missed]
+        peer = np.stack(counts[:host], axis=2) if host else None
+        disk = counts[host + 1] if eng.host_slots is not None else None
+        t = step_times(resident, counts[host], eng.params, False, peer, disk, starts)
+        total_s = t.total_s
+        add = np.add.reduceat
+        out["decode_s"][idx] = add(total_s, starts)
+        out["first_step_s"][idx] = total_s[starts]
+        out["compute_s"][idx] = add(t.compute_s, starts)
+        out["stall_s"][idx] = add(t.stall_s, starts)
+        out["break_s"][idx] = add(t.break_s, starts)
+        out["idle_s"][idx] = add(t.host_s, starts)
+        out["pcie_reads"][idx] = add(t.pcie_reads, starts)
+        out["cpu_experts"][idx] = add(t.cpu_experts, starts)
+        touched = resident.sum(axis=1) + sum(c.sum(axis=1) for c in counts)
+        out["routed"][idx] = add(touched, starts)
+        if peer is not None:
+            out["peer_experts"][idx] = add(peer.sum(axis=(1, 2)), starts)
+        if disk is not None:
+            out["disk_reads"][idx] = add(disk.sum(axis=1), starts)
+        lookups = n_steps * per_step_lookups
+        by_tier = rng.multinomial(lookups, lw.law.lookup_shares)
+        out["lookups"][idx] = lookups
+        out["hits"][idx] = by_tier[:, 0]
+        out["peer_lookups"][idx] = by_tier[:, 1:host + 1].sum(axis=1)
+        out["disk_lookups"][idx] = by_tier[:, -1]

@@ -193,6 +193,9 @@ _SUMS = ("decode_s", "lookups", "hits", "peer_lookups", "disk_lookups", "routed"
          "peer_experts", "disk_reads", "compute_s", "stall_s", "break_s", "idle_s")
 
 
+_SECONDS = ("decode_s", "compute_s", "stall_s", "break_s", "idle_s")
+
+
 def _add_steps(acc: dict[str, float], t: StepTimes, **counts: int) -> None:
     if acc["first_step_s"] < 0:
         acc["first_step_s"] = float(t.total_s[0])
@@ -311,21 +314,23 @@ def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, list[Re
     w = sv.workload
     tl = simulate(table, work, eng.engine.parallel, sv.request_overhead_s, w.think_s, w.think_law,
                   sv.admission.queue_limit, sv.admission.timeout_s, rng)
-    d = work.decode
-    records = []
-    for i in range(len(table)):
-        served = tl.end[i] in ("stop", "length")
-        sums = {k: (float(d[k][i]) if served else 0.0) for k in _SUMS}
-        for k in _SUMS:
-            if k not in ("decode_s", "compute_s", "stall_s", "break_s", "idle_s"):
-                sums[k] = int(sums[k])
-        records.append(RequestRecord(
-            i, int(table.prompt_tokens[i]), int(work.output_tokens[i]) if served else 0, float(tl.start_s[i]),
-            float(tl.first_token_s[i] - tl.sent_s[i]) if served else float("nan"), **sums,
-            sent_s=float(tl.sent_s[i]), arrival_s=float(tl.arrival_s[i]),
-            queue_wait_s=float((tl.start_s[i] if served else tl.end_s[i]) - tl.arrival_s[i]),
-            prefill_s=float(work.prefill_s[i]), end_s=float(tl.end_s[i]),
-            end=tl.end[i], cached_tokens=int(table.cached_tokens[i]), client=int(table.client[i])))
+    served = [e in ("stop", "length") for e in tl.end]
+    ints = {k: np.where(served, work.decode[k], 0).astype(np.int64).tolist() for k in _SUMS
+            if k not in _SECONDS}
+    secs = {k: np.where(served, work.decode[k], 0.0).tolist() for k in _SECONDS}
+    cols = {**ints, **secs}
+    out_tokens = np.where(served, work.output_tokens, 0).tolist()
+    ttft = np.where(served, tl.first_token_s - tl.sent_s, np.nan).tolist()
+    start = np.where(served, tl.start_s, tl.end_s).tolist()
+    wait = (np.array(start) - tl.arrival_s).tolist()
+    prompt, cached, client = table.prompt_tokens.tolist(), table.cached_tokens.tolist(), table.client.tolist()
+    sent, arrival, end_s = tl.sent_s.tolist(), tl.arrival_s.tolist(), tl.end_s.tolist()
+    prefill = work.prefill_s.tolist()
+    started = tl.start_s.tolist()
+    records = [RequestRecord(i, prompt[i], out_tokens[i], started[i], ttft[i],
+                             *[cols[k][i] for k in _SUMS], sent_s=sent[i], arrival_s=arrival[i], queue_wait_s=wait[i],
+                             prefill_s=prefill[i], end_s=end_s[i], end=tl.end[i], cached_tokens=cached[i],
+                             client=client[i]) for i in range(len(table))]
     return eng, records, tl
 
 

@@ -99,6 +99,7 @@ def serve_lines(res: RunResult) -> list[str]:
         out.append(f"  energy {m['energy_j_per_token']:.2f} J/token at {m['gpu_power_w']:.0f} W average")
     out.append(f"  link: {p.link_share:.0%} of {p.link_gbps:.1f} GB/s for expert reads; CPU computes up to one missed "
                f"expert per {p.cpu_expert_s * 1e6:.0f} us of GPU work per layer")
+    out += load_lines(res)
     out.append("  decode tok/s by request spill share and hit rate (percent):")
     for b in res.buckets:
         if b["requests"]:
@@ -106,6 +107,51 @@ def serve_lines(res: RunResult) -> list[str]:
             span = "0 (none)" if b["low_pct"] == 0 and b["high_pct"] == 0 else f"{b['low_pct']:g}-{hi}"
             out.append(f"    {b['bucket_by']:<11}{span:>10}: {b['decode_tok_s']:7.1f} tok/s over {b['requests']} "
                        "requests")
+    return out
+
+
+def workload_text(scn) -> str:
+    sv = scn.serve
+    w = sv.workload
+    lengths = f"{sv.output_tokens_mean:g} tokens mean (exponential)" if sv.output_tokens_mean is not None else \
+        f"{sv.output_tokens_min}-{sv.output_tokens_max} tokens"
+    if w.kind == "trace":
+        return f"trace {w.trace} (first {sv.requests} rows, times x{w.time_scale:g})"
+    if w.kind == "open":
+        return f"open loop, {w.arrival_law} arrivals at {w.rate_per_s:g}/s, {sv.requests} requests of {lengths}"
+    if w.kind == "agent":
+        return (f"{w.clients} agent sessions of {w.turns} turns (+{w.turn_tokens} tokens a turn, earlier context "
+                f"cached), {sv.requests} requests of {lengths}")
+    clients = 1 if w.kind == "sequential" else w.clients
+    runs = f" in {w.runs} runs" if w.runs > 1 else ""
+    return (f"{clients} closed-loop client{'s' if clients > 1 else ''} (think {w.think_s:g} s), {sv.requests} "
+            f"requests{runs} of {lengths}")
+
+
+def load_lines(res: RunResult) -> list[str]:
+    """The server under load: workload, admission, throughput, TTFT, queue, VRAM per GPU."""
+    eng, m, scn = res.engine, res.serve_metrics, res.scenario
+    sv = scn.serve
+    adm = sv.admission
+    admission = "unbounded FIFO" if adm.queue_limit is None and adm.timeout_s is None else (
+        f"queue limit {adm.queue_limit if adm.queue_limit is not None else 'none'}, timeout "
+        f"{adm.timeout_s if adm.timeout_s is not None else 'none'} s")
+    out = [f"  load: {workload_text(scn)}; {eng.engine.parallel} decode slot"
+           f"{'s' if eng.engine.parallel > 1 else ''} ({eng.slot_slots} experts each), {admission}",
+           f"  {int(m['requests_completed'])} completed, {int(m['requests_rejected'])} rejected, "
+           f"{int(m['requests_cancelled'])} cancelled in {m['makespan_s']:.1f} s: throughput "
+           f"{m.get('throughput_tok_s', float('nan')):.1f} tok/s, prefill {m.get('prefill_tok_s', float('nan')):.0f} "
+           "tok/s"]
+    if "ttft_mean_s" in m:
+        out.append(f"  TTFT mean {m['ttft_mean_s']:.2f} s, p50 {m['ttft_p50_s']:.2f} s, p99 {m['ttft_p99_s']:.2f} s; "
+                   f"queue wait mean {m['queue_wait_mean_s']:.2f} s (peak queue {int(m['queue_peak'])}); GPU active "
+                   f"{m['gpu_active_share']:.0%} of the run")
+    if "requests_in_engine_mean" in m:
+        out.append(f"  Little's law: {m['requests_in_engine_mean']:.3f} requests in the engine on average = arrival "
+                   f"rate x mean time in it {m['little_lambda_w']:.3f}")
+    vram = [f"{name} {m[f'vram.{name}.used_mib']:,.0f} MiB used, {m[f'vram.{name}.free_mib']:,.0f} free"
+            + (" (PAGED)" if i and eng.peer_paged[i - 1] else "") for i, (name, _, _) in enumerate(eng.vram)]
+    out.append("  VRAM: " + "; ".join(vram))
     return out
 
 

@@ -316,6 +316,9 @@ class Workload(Strict):
     clients: int = Field(1, gt=0, le=100_000, description="Closed-loop clients, or concurrent agent sessions.")
     think_s: float = Field(0.0, ge=0, description="Mean time between an answer and the client's next request (s).")
     think_law: Literal["fixed", "exponential"] = Field("fixed", description="Law of the think time.")
+    runs: int = Field(
+        1, gt=0, description="Closed loop: the requests are sent in this many back-to-back runs; each run the clients "
+        "start together (a benchmark's repetitions).")
     rate_per_s: PositiveFloat | None = Field(None, description="Open loop: mean arrival rate (requests/s).")
     arrival_law: Literal["poisson", "uniform"] = Field(
         "poisson", description="Open loop: poisson (exponential gaps) or uniform (evenly spaced).")
@@ -347,6 +350,8 @@ class Serve(Strict):
     output_tokens_mean: PositiveFloat | None = Field(
         None, description="If set, lengths are exponential with this mean (tokens, at least 1) instead of uniform.")
     prompt_tokens: int = Field(26, ge=0, description="Prompt tokens of each request.")
+    prompt_tokens_mean: PositiveFloat | None = Field(
+        None, description="If set, prompt lengths are exponential with this mean (tokens) instead of fixed.")
     cached_tokens: int = Field(0, ge=0, description="Of those, tokens already in the engine's prompt cache.")
     max_tokens: int | None = Field(None, gt=0, description="Generation cap; a request that reaches it ends 'length'.")
     request_overhead_s: float = Field(

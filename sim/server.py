@@ -71,19 +71,23 @@ class Timeline:
 
 
 class Engine:
-    """Slots, queue and admission; processor sharing of the GPU among active slots."""
+    """Slots, queue and admission; processor sharing of the GPU among active slots.
+
+    Events are plain simpy timeouts with callbacks (no process per request): the next first token or completion
+    among the active slots is scheduled whenever the active set changes, and a stale one (the set changed since)
+    is ignored by its generation number."""
 
     def __init__(self, env: simpy.Environment, work: Work, parallel: int, queue_limit: int | None,
-                 timeout_s: float | None, tl: Timeline, done: list[simpy.Event]) -> None:
+                 timeout_s: float | None, tl: Timeline, done: list[simpy.Event] | None) -> None:
         self.env, self.work, self.parallel = env, work, parallel
         self.queue_limit, self.timeout_s = queue_limit, timeout_s
         self.tl, self.done = tl, done
         self.queue: deque[int] = deque()
         self.active: dict[int, float] = {}  # request -> GPU seconds still to do
-        self.wake = env.event()
+        self.after_first = work.total_s - work.first_token_s  # GPU seconds left once the first token is out
+        self.generation = 0
         self.last = 0.0
         self.in_system = 0
-        env.process(self._gpu())
 
     def _account(self) -> None:
         """Advance the active slots' progress and the time integrals to now."""
@@ -106,6 +110,7 @@ class Engine:
         if len(self.active) < self.parallel:
             self.in_system += 1
             self._start(i)
+            self._schedule()
             return
         if self.queue_limit is not None and len(self.queue) >= self.queue_limit:
             self._finish(i, "rejected")
@@ -114,10 +119,9 @@ class Engine:
         self.queue.append(i)
         tl.peak_queue = max(tl.peak_queue, len(self.queue))
         if self.timeout_s is not None:
-            self.env.process(self._timeout(i))
+            self.env.timeout(self.timeout_s).callbacks.append(lambda _ev, i=i: self._cancel(i))
 
-    def _timeout(self, i: int):
-        yield self.env.timeout(self.timeout_s)
+    def _cancel(self, i: int) -> None:
         if i in self.queue:
             self._account()
             self.queue.remove(i)
@@ -127,49 +131,47 @@ class Engine:
     def _start(self, i: int) -> None:
         self.tl.start_s[i] = self.env.now
         self.active[i] = float(self.work.total_s[i])
-        if not self.wake.triggered:
-            self.wake.succeed()
 
     def _finish(self, i: int, end: str) -> None:
         self.tl.end_s[i] = self.env.now
         self.tl.end[i] = end
-        self.done[i].succeed()
+        if self.done is not None:
+            self.done[i].succeed()
 
-    def _gpu(self):
-        """Sleep until the next first token or completion among active slots, or until a slot starts."""
-        work = self.work
-        while True:
-            if not self.active:
-                yield self.wake
-                self.wake = self.env.event()
-                continue
-            k = len(self.active)
-            nxt, who, what = np.inf, -1, ""
-            for i, left in self.active.items():
-                if np.isnan(self.tl.first_token_s[i]):
-                    to_first = left - (work.total_s[i] - work.first_token_s[i])
-                    if to_first * k < nxt:
-                        nxt, who, what = to_first * k, i, "first"
-                if left * k < nxt:
-                    nxt, who, what = left * k, i, "done"
-            timer = self.env.timeout(max(nxt, 0.0))
-            yield timer | self.wake
-            if self.wake.triggered:
-                self.wake = self.env.event()
-            self._account()
-            if not timer.processed and not timer.triggered:
-                continue
-            if what == "first":
-                self.tl.first_token_s[who] = self.env.now
-                self.active[who] = float(work.total_s[who] - work.first_token_s[who])  # exact, no drift
-                continue
-            if np.isnan(self.tl.first_token_s[who]):
+    def _schedule(self) -> None:
+        """Schedule the next first token or completion among the active slots."""
+        self.generation += 1
+        if not self.active:
+            return
+        k = len(self.active)
+        first = self.tl.first_token_s
+        nxt, who, what = np.inf, -1, ""
+        for i, left in self.active.items():
+            if first[i] != first[i] and self.after_first[i] > 0:  # first token not out yet, and not its last
+                to_first = left - self.after_first[i]
+                if to_first * k < nxt:
+                    nxt, who, what = to_first * k, i, "first"
+            if left * k < nxt:
+                nxt, who, what = left * k, i, "done"
+        gen = self.generation
+        self.env.timeout(max(nxt, 0.0)).callbacks.append(lambda _ev: self._fire(gen, who, what))
+
+    def _fire(self, gen: int, who: int, what: str) -> None:
+        if gen != self.generation:
+            return  # the active set changed since this was scheduled
+        self._account()
+        if what == "first":
+            self.tl.first_token_s[who] = self.env.now
+            self.active[who] = float(self.after_first[who])  # exact, no drift
+        else:
+            if self.tl.first_token_s[who] != self.tl.first_token_s[who]:
                 self.tl.first_token_s[who] = self.env.now
             del self.active[who]
             self.in_system -= 1
-            self._finish(who, "length" if work.capped[who] else "stop")
+            self._finish(who, "length" if self.work.capped[who] else "stop")
             while self.queue and len(self.active) < self.parallel:
                 self._start(self.queue.popleft())
+        self._schedule()
 
 
 def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, think_s: float, think_law: str,
@@ -179,37 +181,46 @@ def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, 
     nan = np.full(n, np.nan)
     tl = Timeline(nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(), [""] * n)
     env = simpy.Environment()
-    done = [env.event() for _ in range(n)]
+    closed = table.closed_loop
+    done = [env.event() for _ in range(n)] if closed else None
     engine = Engine(env, work, parallel, queue_limit, timeout_s, tl, done)
 
-    def send(i: int):
+    def send(i: int) -> None:
         tl.sent_s[i] = env.now
         if overhead_s > 0:
-            yield env.timeout(overhead_s)
-        engine.arrive(i)
+            env.timeout(overhead_s).callbacks.append(lambda _ev: engine.arrive(i))
+        else:
+            engine.arrive(i)
 
-    if table.closed_loop:
+    if closed:
         clients = int(table.client.max()) + 1
         think = rng.exponential(think_s, n) if think_law == "exponential" and think_s > 0 else np.full(n, think_s)
 
+        run = np.zeros(n, dtype=np.int64) if table.run is None else table.run
+        runs = int(run.max()) + 1
+        active = [len(np.unique(table.client[run == r])) for r in range(runs)]
+        barrier = [env.event() for _ in range(runs)]  # every client of run r has finished it
+
         def client(c: int):
-            for i in np.flatnonzero(table.client == c):
-                yield env.process(send(int(i)))
-                yield done[i]
-                if think[i] > 0:
-                    yield env.timeout(float(think[i]))
+            for r in range(runs):
+                if r:
+                    yield barrier[r - 1]
+                mine = np.flatnonzero((table.client == c) & (run == r))
+                for i in mine:
+                    send(int(i))
+                    yield done[i]
+                    if think[i] > 0:
+                        yield env.timeout(float(think[i]))
+                if mine.size:
+                    active[r] -= 1
+                    if active[r] == 0:
+                        barrier[r].succeed()
 
         for c in range(clients):
             env.process(client(c))
-    else:
-        def source():
-            for i in range(n):
-                wait = table.arrival_s[i] - env.now
-                if wait > 0:
-                    yield env.timeout(wait)
-                env.process(send(i))
-
-        env.process(source())
+    else:  # every arrival known in advance: one timeout each, scheduled up front
+        for i in range(n):
+            env.timeout(float(table.arrival_s[i])).callbacks.append(lambda _ev, i=i: send(i))
     env.run()
     engine._account()
     tl.makespan_s = float(np.nanmax(tl.end_s) - np.nanmin(tl.sent_s)) if n else 0.0

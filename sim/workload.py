@@ -2,6 +2,8 @@
 
 - ``sequential``: one request after another (a single closed-loop client with no think time);
 - ``closed``: ``clients`` clients; each sends its next request ``think_s`` after its previous answer (or rejection);
+  the requests may be split into ``runs`` back-to-back runs (a benchmark's repetitions): each run, the clients start
+  together once every client has finished the previous one;
 - ``open``: arrivals at ``rate_per_s``, Poisson (exponential gaps) or evenly spaced;
 - ``trace``: replay a CSV of arrivals and lengths (the Azure LLM inference trace layout ``arrived_at,
   num_prefill_tokens, num_decode_tokens``, or this project's ``arrival_s, prompt_tokens, cached_tokens,
@@ -37,6 +39,7 @@ class RequestTable:
     output_tokens: np.ndarray  # int64: the length the request would generate (before max_tokens)
     acceptance: np.ndarray  # float64: draft acceptance of this request; NaN: the model's
     client: np.ndarray  # int64: closed loop / agent: the client (session slot) sending it; -1: open loop
+    run: np.ndarray | None = None  # int64: closed loop: the run it belongs to (clients start each run together)
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.size)
@@ -60,8 +63,9 @@ def build_table(sv: Serve, rng: np.random.Generator) -> RequestTable:
         assert w.trace is not None
         return read_trace(w.trace, n, w.time_scale)
     out = output_lengths(sv, n, rng)
-    prompt = np.full(n, sv.prompt_tokens, dtype=np.int64)
-    cached = np.full(n, sv.cached_tokens, dtype=np.int64)
+    prompt = np.full(n, sv.prompt_tokens, dtype=np.int64) if sv.prompt_tokens_mean is None \
+        else np.rint(rng.exponential(sv.prompt_tokens_mean, n)).astype(np.int64)
+    cached = np.minimum(np.full(n, sv.cached_tokens, dtype=np.int64), prompt)
     nan = np.full(n, np.nan)
     if w.kind == "open":
         assert w.rate_per_s is not None
@@ -69,10 +73,12 @@ def build_table(sv: Serve, rng: np.random.Generator) -> RequestTable:
         arrival = np.cumsum(gaps) - gaps[0]  # the first request arrives at 0
         return RequestTable(arrival, prompt, cached, out, nan, np.full(n, -1, dtype=np.int64))
     clients = 1 if w.kind == "sequential" else w.clients
-    client = np.arange(n, dtype=np.int64) % clients  # client c sends requests c, c + clients, ...
+    per_run = -(-n // w.runs)
+    index = np.arange(n, dtype=np.int64)
+    client = index % per_run % clients  # in each run, client c sends its requests c, c + clients, ...
     if w.kind == "agent":
         prompt, cached = agent_contexts(out, client, w.turns, w.turn_tokens, sv.prompt_tokens)
-    return RequestTable(nan, prompt, cached, out, nan, client)
+    return RequestTable(nan, prompt, cached, out, nan, client, index // per_run)
 
 
 def agent_contexts(out: np.ndarray, client: np.ndarray, turns: int, turn_tokens: int, first_prompt: int

@@ -199,5 +199,39 @@ def fit_moe(scenario: str, tables_dir: str, requests: int, max_evals: int, seed:
                if as_json else text, nl=False)
 
 
+@main.command("fit-basalt")
+@click.option("--three-gpu", "three_gpu", type=click.Path(dir_okay=False), default="scenarios/basalt_3gpu.yaml",
+              show_default=True, help="The 3-GPU scenario (prefill, routing, decode).")
+@click.option("--two-gpu", "two_gpu", type=click.Path(dir_okay=False), default="scenarios/basalt_2gpu_vision.yaml",
+              show_default=True, help="The 2-GPU scenario with the vision encoder on the peer (paging).")
+@click.option("--tables", "tables_dir", type=click.Path(file_okay=False), default="calibration", show_default=True,
+              help="Folder holding basalt_3gpu.csv, basalt_context_sweep.csv, basalt_serve_requests.csv, "
+              "basalt_peer_reserve.csv.")
+@click.option("--requests", type=click.IntRange(min=20), default=300, show_default=True,
+              help="Simulated requests per routing evaluation (a tenth per decode target).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Common random numbers.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="Write the calibration YAML here (both scenarios' calibrations: entry).")
+@user_errors
+def fit_basalt(three_gpu: str, two_gpu: str, tables_dir: str, requests: int, seed: int, out_file: str | None) -> None:
+    """Fit the Basalt engine's prefill, routing, decode step and driver paging to the Basalt tables."""
+    from .fit_basalt import basalt_calibration_yaml
+    from .fit_basalt import fit_basalt as run_fit
+    from .output import atomic_write_text
+
+    fit = run_fit(three_gpu, two_gpu, tables_dir, requests, seed, log=lambda msg: click.echo(msg, err=True))
+    command = (f"sim fit-basalt --three-gpu {three_gpu} --two-gpu {two_gpu} --tables {tables_dir} "
+               f"--requests {requests} --seed {seed}" + (f" --out {out_file}" if out_file else ""))
+    for r in fit.rows:
+        err = abs(r["simulated"] / r["measured"] - 1) if r["kind"] == "rate" else abs(r["simulated"] - r["measured"])
+        if r["fitted"] and not err <= r["tolerance"]:
+            click.echo(f"sim: warning: {r['target']} fits at {r['simulated']} against {r['measured']} measured "
+                       f"(tolerance {r['tolerance']:g})", err=True)
+    text = basalt_calibration_yaml(fit, command)
+    if out_file:
+        atomic_write_text(out_file, text)
+    click.echo(text, nl=False)
+
+
 if __name__ == "__main__":
     main()

@@ -21,7 +21,7 @@ from .routing import AliasTables, RequestRouter, RoutingLaw, layer_popularity, r
 from .scenario import Engine, Moe, Scenario
 from .server import Timeline, request_work, simulate
 from .stepcost import StepParams, StepTimes, expected_tokens_per_step, step_times, tokens_per_step
-from .units import GIB, MIB
+from .units import GB, GIB, MIB
 from .workload import build_table
 
 CHUNK_STEPS = 64
@@ -124,11 +124,12 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
         used = (g.reserved_gib + peer.overhead_gib) * GIB / MIB + peer_slots[-1] * moe.expert_mib + peer.runtime_mib
         vram_rows.append((name, used, card_mib))
         paged.append(card_mib - used < peer.paging_threshold_mib)
-        if paged[-1] and peer.paged_expert_s is None:
+        if paged[-1] and peer.paging_gbps is None:
             raise SimulationError(f"machines.{machine}.engine.peers.{name}: {card_mib - used:.0f} MiB left free is "
-                                  f"under paging_threshold_mib {peer.paging_threshold_mib:g}, and paged_expert_s "
+                                  f"under paging_threshold_mib {peer.paging_threshold_mib:g}, and paging_gbps "
                                   "is not given")
-        expert_s.append(peer.paged_expert_s if paged[-1] else peer.expert_s)
+        # paged: every expert the card computes first comes over its link at the driver's paging rate
+        expert_s.append(peer.expert_s + (moe.expert_mib * MIB / (peer.paging_gbps * GB) if paged[-1] else 0.0))
     host_slots = None if e.host_ram_gib is None else int(e.host_ram_gib * GIB // (moe.expert_mib * MIB))
     tier = home_tiers(ranked, slots, peer_slots, host_slots)  # ranks per_slot..slots: other slots; host RAM here
     s = e.step
@@ -359,6 +360,9 @@ def serve_metrics(eng: EngineSetup, all_recs: list[RequestRecord], tl: Timeline 
         "eager_share": sum(r.break_s for r in recs) / decode,
         "host_share": sum(r.idle_s for r in recs) / decode,
         "requests_spilling_share": float(np.mean([r.pcie_reads > 0 for r in recs])),
+        # routed experts not served from the engine GPU's VRAM: peers, host CPU, PCIe reads (Basalt's "pcie=")
+        "offload_share": float(np.median([(r.peer_experts + r.cpu_experts + r.pcie_reads) / r.routed if r.routed
+                                          else 0.0 for r in recs])),
         "ttft_s_median": float(np.median([r.ttft_s for r in recs])),
         "requests": float(len(recs)),
         "output_tokens": float(tokens),

@@ -4,10 +4,11 @@ With an engine ``prefill`` section the new tokens are processed in chunks of ``c
 
 - GPU compute: ``token_s`` per token, plus ``kv_spill_token_s`` per token whose position lies beyond
   ``kv_resident_tokens`` (its KV streams through host RAM);
-- every expert the chunk touches that is not resident in the engine GPU's VRAM is streamed over that GPU's link
-  (``stream_share`` of its copy rate), overlapped with the chunk's compute: a chunk takes the longer of the two. A
-  2048-token chunk touches most experts of a layer, so streaming is what limits a small expert cache;
-- ``fixed_s`` once per prefill (set-up, the first chunk's wait for its experts).
+- every expert the chunk touches that is not resident in the engine GPU's VRAM is streamed to it at ``stream_gbps``
+  (default: the link's rate), overlapped with the chunk's compute: a chunk takes the longer of the two. A chunk of
+  thousands of tokens touches most experts of a layer, so a long prompt pays the whole non-resident set per chunk
+  and a short one (a prompt-cache hit's few new tokens) only the experts its tokens touch;
+- ``fixed_s`` once per prefill (set-up).
 
 Peer GPUs and driver paging on them do not enter: prefill streams weights to the engine GPU rather than sending
 activations out, so a fast prefill says nothing about decode. Without a ``prefill`` section, ``prefill_tok_s``.
@@ -32,11 +33,12 @@ def prefill_seconds(eng, prompt: np.ndarray, cached: np.ndarray) -> np.ndarray:
     chunk = pf.chunk_tokens
     full, rest = np.divmod(new, chunk)
     stream = _stream_seconds(eng)
-    t = full * max(chunk * pf.token_s, stream(chunk))
+    combine = max if pf.overlap else (lambda a, b: a + b)
+    t = full * combine(chunk * pf.token_s, stream(chunk))
     sizes = np.unique(rest[rest > 0])
     part = np.zeros(new.size)
     for size in sizes:
-        part[rest == size] = max(int(size) * pf.token_s, stream(int(size)))
+        part[rest == size] = combine(int(size) * pf.token_s, stream(int(size)))
     t = t + part
     if pf.kv_resident_tokens is not None and pf.kv_spill_token_s > 0:
         beyond = np.maximum(prompt - np.maximum(cached, pf.kv_resident_tokens), 0)
@@ -51,7 +53,8 @@ def _stream_seconds(eng):
     resident = eng.prefill_resident.reshape(q.shape)
     qc = np.minimum(q, 1 - 1e-12)
     log_miss = np.log1p(-qc)
-    rate = pf.stream_share * eng.params.link_gbps * GB / eng.params.expert_bytes  # experts per second
+    gbps = pf.stream_gbps if pf.stream_gbps is not None else eng.params.link_gbps
+    rate = gbps * GB / eng.params.expert_bytes  # experts per second
 
     @cache
     def seconds(tokens: int) -> float:

@@ -134,14 +134,15 @@ class PeerTier(Strict):
         "process's working memory) (MiB): placement does not see it.")
     paging_threshold_mib: float = Field(
         0.0, description="When VRAM left free on this GPU falls under this (MiB), the driver pages its memory and "
-        "expert work there runs at paged_expert_s.")
-    paged_expert_s: float | None = Field(
-        None, gt=0, description="Time per routed expert this GPU computes while its memory is paged (s).")
+        "every expert it computes is paged in at paging_gbps.")
+    paging_gbps: float | None = Field(
+        None, gt=0, description="Rate at which the driver pages expert weights in over this GPU's link while its "
+        "memory is oversubscribed (GB/s): each expert it computes then also waits expert bytes / this rate.")
 
 
 class Prefill(Strict):
     """Prompt processing in chunks (sim.prefill): compute, streaming of the experts a chunk touches that are not in
-    VRAM (over the engine GPU's link, overlapped with compute), KV beyond the resident cells through host RAM."""
+    the engine GPU's VRAM (overlapped with compute), KV beyond the resident cells through host RAM."""
 
     chunk_tokens: int = Field(2048, gt=0, description="Prompt tokens per chunk (ubatch).")
     token_s: float = Field(gt=0, description="GPU time per prompt token within the resident KV (s).")
@@ -149,8 +150,11 @@ class Prefill(Strict):
     kv_resident_tokens: int | None = Field(
         None, gt=0, description="KV cells kept in VRAM; tokens beyond them stream their KV through host RAM.")
     kv_spill_token_s: float = Field(0.0, ge=0, description="Extra time per prompt token beyond kv_resident (s).")
-    stream_share: float = Field(
-        1.0, gt=0, le=1, description="Share of the link's copy rate expert streaming gets during prefill.")
+    overlap: bool = Field(
+        True, description="Streaming overlaps compute (a chunk takes the longer); false: the chunk waits for its "
+        "experts, then computes (the sum).")
+    stream_gbps: PositiveFloat | None = Field(
+        None, description="Rate at which experts stream to the engine GPU during prefill (GB/s). Default: its link.")
 
 
 class LayerSplit(Strict):
@@ -731,10 +735,20 @@ def load_scenario(path: str, overrides: list[str] | tuple[str, ...] = ()) -> tup
         if (expr, key, value) not in early:
             label = f"{path} (--set {expr})"
             origins.append(_Origin(key, label, set_dotted(resolved, key, value, label)))
+    _resolve_trace_path(resolved, path)
     try:
         return validate(resolved, path), resolved
     except ScenarioError as exc:
         raise _blame(exc, origins, resolved) from None
+
+
+def _resolve_trace_path(raw: dict, source: str) -> None:
+    """A relative trace path is relative to the scenario file (as calibration paths are)."""
+    workload = (raw.get("serve") or {}).get("workload") if isinstance(raw.get("serve"), dict) else None
+    trace = workload.get("trace") if isinstance(workload, dict) else None
+    if isinstance(trace, str) and not os.path.isabs(trace):
+        workload["trace"] = os.path.relpath(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(source)),
+                                                                          trace)))
 
 
 def _blame(exc: ScenarioError, origins: list[_Origin], resolved: dict) -> ScenarioError:

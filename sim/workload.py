@@ -7,7 +7,8 @@
 - ``open``: arrivals at ``rate_per_s``, Poisson (exponential gaps) or evenly spaced;
 - ``trace``: replay a CSV of arrivals and lengths (the Azure LLM inference trace layout ``arrived_at,
   num_prefill_tokens, num_decode_tokens``, or this project's ``arrival_s, prompt_tokens, cached_tokens,
-  output_tokens, acceptance``);
+  output_tokens, acceptance``; without ``arrival_s`` the rows are sent one after another by a single client, as an
+  engine log's requests were);
 - ``agent``: ``clients`` concurrent sessions of ``turns`` turns; each turn's prompt is the whole earlier conversation
   (cached: the engine's prompt cache holds it) plus ``turn_tokens`` new tokens.
 
@@ -17,6 +18,8 @@ Lengths are drawn here once per run, so the same seed gives the same requests wh
 
 from __future__ import annotations
 
+import io
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +30,8 @@ from .scenario import Serve
 
 AZURE_COLUMNS = {"arrived_at": "arrival_s", "num_prefill_tokens": "prompt_tokens", "num_decode_tokens": "output_tokens"}
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+OPTIONAL_COLUMNS = ("cached_tokens", "acceptance")
+MAX_TOKENS = 10**12  # a trace's token counts: no request is longer (and the count stays exact in a float64)
 
 
 @dataclass(frozen=True)
@@ -73,12 +78,13 @@ def build_table(sv: Serve, rng: np.random.Generator) -> RequestTable:
         arrival = np.cumsum(gaps) - gaps[0]  # the first request arrives at 0
         return RequestTable(arrival, prompt, cached, out, nan, np.full(n, -1, dtype=np.int64))
     clients = 1 if w.kind == "sequential" else w.clients
-    per_run = -(-n // w.runs)
+    runs = min(w.runs, n)
     index = np.arange(n, dtype=np.int64)
-    client = index % per_run % clients  # in each run, client c sends its requests c, c + clients, ...
+    run = index * runs // n  # exactly ``runs`` runs, none empty, their sizes within one request of each other
+    client = (index - np.searchsorted(run, run)) % clients  # in each run, client c sends its requests c, c + clients..
     if w.kind == "agent":
         prompt, cached = agent_contexts(out, client, w.turns, w.turn_tokens, sv.prompt_tokens)
-    return RequestTable(nan, prompt, cached, out, nan, client, index // per_run)
+    return RequestTable(nan, prompt, cached, out, nan, client, run)
 
 
 def agent_contexts(out: np.ndarray, client: np.ndarray, turns: int, turn_tokens: int, first_prompt: int
@@ -102,45 +108,104 @@ def agent_contexts(out: np.ndarray, client: np.ndarray, turns: int, turn_tokens:
 
 
 def read_trace(path: str, limit: int, time_scale: float = 1.0) -> RequestTable:
-    """The first ``limit`` rows of a trace CSV; errors name the file, the column and what was expected."""
+    """The first ``limit`` rows of a trace CSV; errors name the file, the column and what was expected.
+
+    A bad cell's key path is ``row N.column``, N being its line in the file (comment and blank lines counted).
+    """
     try:
-        df = pd.read_csv(path, comment="#")
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            text = fh.read()
     except FileNotFoundError:
         raise ScenarioError(path, "serve.workload.trace", "file not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ScenarioError(path, "serve.workload.trace", f"not a readable CSV ({str(exc).splitlines()[0]})") from None
-    df = df.rename(columns=AZURE_COLUMNS)
-    missing = [c for c in TRACE_COLUMNS if c not in df.columns]
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(path, "serve.workload.trace", f"not UTF-8 text ({exc.reason}, byte {exc.start})") from None
+    except OSError as exc:
+        raise ScenarioError(path, "serve.workload.trace", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        df = pd.read_csv(io.StringIO(text), comment="#", dtype=str)  # text cells: errors quote them as written
+    except ValueError as exc:  # ParserError, EmptyDataError
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ScenarioError(path, "serve.workload.trace", f"not a readable CSV ({first})") from None
+    rows = _data_lines(text, len(df))
+    if not isinstance(df.index, pd.RangeIndex):  # pandas took the extra leading fields of the rows as an index
+        raise ScenarioError(path, f"row {rows[0] if rows else 2}", "no more fields than the header has columns")
+    names = [str(c).strip() for c in df.columns]
+    shown = {ours: azure for azure, ours in AZURE_COLUMNS.items() if azure in names}  # errors name the file's columns
+    if shown:  # the Azure layout: its missing columns are named as it names them
+        shown.update({ours: azure for azure, ours in AZURE_COLUMNS.items() if ours not in names})
+    df.columns = [AZURE_COLUMNS.get(c, c) for c in names]
+    for name in (*TRACE_COLUMNS, *OPTIONAL_COLUMNS):
+        if list(df.columns).count(name) > 1:
+            raise ScenarioError(path, shown.get(name, name), "a single column (the Azure and this project's names "
+                                "of a column count as the same column)")
+    missing = [c for c in TRACE_COLUMNS if c not in df.columns and (c != "arrival_s" or shown)]
     if missing:
-        raise ScenarioError(path, missing[0], "a column of the trace (arrived_at, num_prefill_tokens, "
-                            "num_decode_tokens, or arrival_s, prompt_tokens, output_tokens)")
-    df = df.head(limit)
+        raise ScenarioError(path, shown.get(missing[0], missing[0]), "a column of the trace (arrived_at, "
+                            "num_prefill_tokens, num_decode_tokens, or arrival_s, prompt_tokens, output_tokens)")
+    df = df.iloc[:max(limit, 0)]
     if df.empty:
         raise ScenarioError(path, "serve.workload.trace", "no requests in the trace")
+
+    def key(row: int, name: str) -> str:
+        return f"row {rows[row]}.{shown.get(name, name)}"
+
     cols: dict[str, np.ndarray] = {}
-    for name, kind in (("arrival_s", float), ("prompt_tokens", int), ("output_tokens", int),
-                       ("cached_tokens", int), ("acceptance", float)):
+    for name in (*TRACE_COLUMNS, *OPTIONAL_COLUMNS):
         if name not in df.columns:
             continue
         values = pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float)
-        bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
-        if name == "acceptance":
-            bad = np.flatnonzero(~((values >= 0) & (values <= 1)) & ~np.isnan(values))
-        if bad.size:
-            row = int(bad[0])
-            raise ScenarioError(path, f"row {row + 2}.{name}", f"bad value {df[name].iloc[row]!r}: expected a "
-                                + ("fraction in [0, 1]" if name == "acceptance" else "non-negative number"))
-        cols[name] = values.astype(np.int64) if kind is int else values
+        with np.errstate(invalid="ignore"):
+            if name == "acceptance":  # an empty cell: the model's acceptance
+                ok = df[name].isna().to_numpy() | ((values >= 0) & (values <= 1))
+                expected = "a fraction in [0, 1]"
+            elif name == "arrival_s":
+                ok = np.isfinite(values) & (values >= 0)
+                expected = "a non-negative number of seconds"
+            else:
+                ok = np.isfinite(values) & (values >= 0) & (values <= MAX_TOKENS) & (values == np.floor(values))
+                expected = "a whole number of tokens from 0 to 1e12"
+        if not ok.all():
+            row = int(np.flatnonzero(~ok)[0])
+            raise ScenarioError(path, key(row, name), f"{_cell(df[name].iloc[row])}: expected {expected}")
+        cols[name] = values.astype(np.int64) if name.endswith("_tokens") else values
     n = len(df)
-    arrival = cols["arrival_s"] * time_scale
+    if "arrival_s" not in cols:  # no arrival times: replayed one after another by a single client
+        cols["arrival_s"] = np.zeros(n)
+        sequential = True
+    else:
+        sequential = False
+    with np.errstate(over="ignore"):
+        arrival = cols["arrival_s"] * time_scale
+    if not np.isfinite(arrival).all():
+        row = int(np.flatnonzero(~np.isfinite(arrival))[0])
+        raise ScenarioError(path, key(row, "arrival_s"), f"a time that stays finite when scaled by "
+                            f"serve.workload.time_scale ({time_scale:g})")
     if np.any(np.diff(arrival) < 0):
         row = int(np.flatnonzero(np.diff(arrival) < 0)[0]) + 1
-        raise ScenarioError(path, f"row {row + 2}.arrival_s", "arrival times in non-decreasing order")
+        raise ScenarioError(path, key(row, "arrival_s"), "arrival times in non-decreasing order")
     out = np.maximum(cols["output_tokens"], 1)
     cached = cols.get("cached_tokens", np.zeros(n, dtype=np.int64))
     prompt = cols["prompt_tokens"]
     if np.any(cached > prompt):
         row = int(np.flatnonzero(cached > prompt)[0])
-        raise ScenarioError(path, f"row {row + 2}.cached_tokens", "at most prompt_tokens")
+        raise ScenarioError(path, key(row, "cached_tokens"), f"at most {shown.get('prompt_tokens', 'prompt_tokens')}")
+    if sequential:
+        return RequestTable(np.full(n, np.nan), prompt, cached, out, cols.get("acceptance", np.full(n, np.nan)),
+                            np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
     return RequestTable(arrival, prompt, cached, out, cols.get("acceptance", np.full(n, np.nan)),
                         np.full(n, -1, dtype=np.int64))
+
+
+def _data_lines(text: str, rows: int) -> list[int]:
+    """Line numbers (from 1) of the ``rows`` data rows of a CSV, skipping blank and comment lines as pandas does; a
+    header on line 1 and one line per row when the text does not map line for line (quoted line breaks)."""
+    lines = [i + 1 for i, line in enumerate(re.split(r"\r\n|\r|\n", text)) if line.strip() and line[0] != "#"]
+    return lines[1:] if len(lines) == rows + 1 else list(range(2, rows + 2))
+
+
+def _cell(value: object) -> str:
+    """A trace cell as written, shortened, for an error message."""
+    if not isinstance(value, str):
+        return "an empty cell"
+    text = repr(value)
+    return "bad value " + (text if len(text) <= 40 else text[:37] + "...")

@@ -1,10 +1,12 @@
 """Fit the Basalt multi-GPU engine (FIELD_NOTES section 4) to its measured tables, in four independent stages.
 
-1. Prefill (analytic, :mod:`sim.prefill`): per-token compute, the rate experts stream at, the extra per token beyond
-   the resident KV, and a set-up time, to the context sweep's cold prefill medians, the bench's pp16384 and the 12
+1. Prefill (analytic, :mod:`sim.prefill`): per-token compute, the rate experts stream at and a set-up time, to the context sweep's cold prefill medians, the bench's pp16384 and the 12
    requests of the engine log (two of them prompt-cache hits with a few hundred new tokens).
 2. Routing: the Zipf exponent and the per-request skew spread, to the log's median expert hit rate and median share
-   of routed experts served off the primary GPU (the log's ``pcie=``).
+   of routed experts served off the primary GPU (the log's ``pcie=``). A per-layer Zipf law placed hottest-first
+   cannot give both medians (99.25% of lookups hit and 6.75% of a step's distinct experts off the primary: at that
+   hit rate a step touches about 2.7% off it), so both get loose tolerances (1 point, 30%) and the fit settles
+   between them, inside the measured ranges (97.0-99.8%, 4.3-16.5%).
 3. Decode: the primary's step time ``dense_s``, to the context sweep's decode medians (at each tier's acceptance) and
    the log's per-request decode at each request's own acceptance.
 4. Driver paging on the 2-GPU setup: the rate at which the driver pages expert weights in on an oversubscribed
@@ -12,7 +14,7 @@
 
 Each stage minimises the sum of (error / tolerance)^4 (errors in log ratio for rates, difference for shares), a
 soft minimax that keeps every target inside its tolerance. Tolerances: the issue's (prefill sweep 10%, bench 15%,
-decode 15%, the paging band 25%) and, for log lines the issue does not test, 20%. Checks that are reported but not
+decode 15%, the paging band 25%) and, for the log's single requests, which the issue does not test, 30%. Checks that are reported but not
 fitted carry ``fitted: false``.
 """
 
@@ -35,6 +37,7 @@ from .tables import read_measured
 
 ENGINE = "machines.basalt_box.engine."
 ROUTING = "models.basalt_pack.moe.routing."
+LOG_TOL = 0.3  # single runs of one log, which the issue does not test: they shape the fit without outvoting the tables
 LOG_OUTLIER_DECODE = 108.9  # tok/s: the one log request far below every other at its acceptance (reported only)
 
 
@@ -81,10 +84,10 @@ def basalt_targets(tables: str) -> BasaltTargets:
                            _num(r, f"decode_{kind}_median", sweep_path), 0.15, True))
     for i, r in enumerate(log):
         prompt, cached = int(_num(r, "prompt_tokens", log_path)), int(_num(r, "cached_tokens", log_path))
-        prefill.append((f"log_{i + 1}_prefill", prompt, cached, _num(r, "prefill_s", log_path), 0.20, True))
+        prefill.append((f"log_{i + 1}_prefill", prompt, cached, _num(r, "prefill_s", log_path), LOG_TOL, True))
         rate = _num(r, "decode_tok_s", log_path)
         decode.append((f"log_{i + 1}_decode", int(_num(r, "output_tokens", log_path)),
-                       np.array([_num(r, "acceptance", log_path)]), rate, 0.20, rate != LOG_OUTLIER_DECODE))
+                       np.array([_num(r, "acceptance", log_path)]), rate, LOG_TOL, rate != LOG_OUTLIER_DECODE))
     bench_acc = np.array([0.885])  # the log's requests decoding at the bench's rate had 88-89% acceptance
     decode.append(("bench_decode", 512, bench_acc, _value(main, "bench_decode", main_path), 0.15, False))
 
@@ -115,9 +118,10 @@ class BasaltFit:
 
 
 PREFILL_FREE = (("prefill.token_s", 9e-5, "s", "GPU time per prompt token"),
-                ("prefill.stream_gbps", 18.0, "GB/s", "rate experts stream to the primary during prefill"),
-                ("prefill.kv_spill_token_s", 2e-6, "s", "extra time per prompt token beyond kv_resident_tokens"),
-                ("prefill.fixed_s", 0.07, "s", "set-up time per prefill"))
+                ("prefill.stream_gbps", 15.0, "GB/s", "rate experts stream to the primary during prefill"),
+                ("prefill.fixed_s", 0.06, "s", "set-up time per prefill"))
+# kv_spill_token_s is not fitted: with chunks of the resident KV window, the step at 32K comes from the second chunk's
+# expert stream, and a free per-token KV cost fits to zero (1e-14 s) on these tables
 
 
 def fit_basalt(three_gpu: str, two_gpu: str, tables: str, requests: int = 300, seed: int = 0, log=None) -> BasaltFit:
@@ -165,7 +169,7 @@ def fit_basalt(three_gpu: str, two_gpu: str, tables: str, requests: int = 300, s
 
     def routing_loss(x: np.ndarray) -> float:
         hit, off, _, _ = routing_obs(x)
-        return _loss([(hit - t.hit_median) / 0.005, math.log(off / t.offload_median) / 0.15])
+        return _loss([(hit - t.hit_median) / 0.01, math.log(off / t.offload_median) / 0.3])
 
     res = minimize(routing_loss, np.array([1.3, math.log(0.1)]), method="Nelder-Mead",
                    options={"maxfev": 80, "xatol": 1e-3, "fatol": 1e-6})
@@ -173,8 +177,8 @@ def fit_basalt(three_gpu: str, two_gpu: str, tables: str, requests: int = 300, s
     params[ROUTING + "exponent_spread"] = float(f"{math.exp(res.x[1]):.4g}")
     hit, off, hits, offs = routing_obs(np.array([params[ROUTING + "exponent"],
                                                  math.log(params[ROUTING + "exponent_spread"])]))
-    rows += [_row("log_hit_rate_median", t.hit_median, hit, 0.005, "share", True, "fraction"),
-             _row("log_offload_share_median", t.offload_median, off, 0.15, "rate", True, "fraction"),
+    rows += [_row("log_hit_rate_median", t.hit_median, hit, 0.01, "share", True, "fraction"),
+             _row("log_offload_share_median", t.offload_median, off, 0.3, "rate", True, "fraction"),
              _row("hit_rate_p5", t.hit_range[0], float(np.percentile(hits, 5)), 0.01, "share", False,
                   "fraction; measured: low end of the range over real traffic"),
              _row("offload_share_p95", t.offload_range[1], float(np.percentile(offs, 95)), 0.5, "rate", False,

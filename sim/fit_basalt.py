@@ -1,7 +1,8 @@
 """Fit the Basalt multi-GPU engine (FIELD_NOTES section 4) to its measured tables, in four independent stages.
 
-1. Prefill (analytic, :mod:`sim.prefill`): per-token compute, the rate experts stream at and a set-up time, to the context sweep's cold prefill medians, the bench's pp16384 and the 12
-   requests of the engine log (two of them prompt-cache hits with a few hundred new tokens).
+1. Prefill (analytic, :mod:`sim.prefill`): per-token compute, the rate experts stream at and a set-up time, to the
+   context sweep's cold prefill medians, the bench's pp16384 and the 12 requests of the engine log (two of them
+   prompt-cache hits with a few hundred new tokens).
 2. Routing: the Zipf exponent and the per-request skew spread, to the log's median expert hit rate and median share
    of routed experts served off the primary GPU (the log's ``pcie=``). A per-layer Zipf law placed hottest-first
    cannot give both medians (99.25% of lookups hit and 6.75% of a step's distinct experts off the primary: at that
@@ -14,8 +15,8 @@
 
 Each stage minimises the sum of (error / tolerance)^4 (errors in log ratio for rates, difference for shares), a
 soft minimax that keeps every target inside its tolerance. Tolerances: the issue's (prefill sweep 10%, bench 15%,
-decode 15%, the paging band 25%) and, for the log's single requests, which the issue does not test, 30%. Checks that are reported but not
-fitted carry ``fitted: false``.
+decode 15%, the paging band 25%) and, for the log's single requests, which the issue does not test, 30%. Checks
+that are reported but not fitted carry ``fitted: false``.
 """
 
 from __future__ import annotations

@@ -130,6 +130,11 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
                                   "is not given")
         # paged: every expert the card computes first comes over its link at the driver's paging rate
         expert_s.append(peer.expert_s + (moe.expert_mib * MIB / (peer.paging_gbps * GB) if paged[-1] else 0.0))
+    split: tuple[tuple[float, ...], ...] = ((), (), ())
+    if e.placement == "layer_split":
+        slots, resident, split, split_rows = _layer_split(scn, machine, moe, slots, ranked, e)
+        per_slot = slots
+        vram_rows += split_rows
     host_slots = None if e.host_ram_gib is None else int(e.host_ram_gib * GIB // (moe.expert_mib * MIB))
     tier = home_tiers(ranked, slots, peer_slots, host_slots)  # ranks per_slot..slots: other slots; host RAM here
     s = e.step
@@ -138,10 +143,33 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
                         link_info(scn, m, e.gpu).gbps, moe.expert_mib * MIB, s.link_share, s.break_idle_share,
                         s.break_mode, tuple(expert_s), tuple(p.latency_s for p in e.peers.values()),
                         disk.read_gbps if disk is not None and disk.read_gbps else float("inf"),
-                        disk.latency_s if disk is not None else 0.0)
+                        disk.latency_s if disk is not None else 0.0, *split)
     return EngineSetup(machine, e, moe, vram, gpu.reserved_gib, overhead, free, slots, law, popularity,
                        AliasTables.build(popularity), resident, params, tier, tuple(peer_slots), host_slots, per_slot,
                        static_cache(ranked, slots), tuple(paged), tuple(vram_rows))
+
+
+def _layer_split(scn: Scenario, machine: str, moe: Moe, slots: int, ranked: np.ndarray, e: Engine):
+    """Every layer divided across the engine GPU and ``layer_split.gpus`` in proportion to the expert slots each can
+    hold; together they cache the hottest experts of every layer. Returns (slots, resident mask, (shares, time
+    scales, round trip per layer and card), VRAM rows of the added cards)."""
+    m = scn.machines[machine]
+    ls = e.layer_split
+    assert ls is not None
+    capacity = [slots]
+    rows = []
+    for name in ls.gpus:
+        g = m.gpus[name]
+        free = scn.gpus[g.type].vram_gib - g.reserved_gib
+        n = auto_slots(free, moe.expert_mib, e.cache_reserve_mib, 0.0)
+        capacity.append(n)
+        rows.append((name, (g.reserved_gib * GIB / MIB) + n * moe.expert_mib, scn.gpus[g.type].vram_gib * GIB / MIB))
+    total = min(sum(capacity), moe.layers * moe.experts_per_layer)
+    share = tuple(float(c) / sum(capacity) for c in capacity)
+    positions = 1 + moe.draft.tokens
+    xfer = tuple([0.0] + [2 * (ls.hop_s + positions * ls.activation_kib_per_token * 1024
+                                / (link_info(scn, m, name).gbps * GB)) for name in ls.gpus])
+    return total, static_cache(ranked, total), (share, (1.0, *ls.layer_s_scale), xfer), rows
 
 
 @dataclass

@@ -150,7 +150,8 @@ def load_lines(res: RunResult) -> list[str]:
         out.append(f"  Little's law: {m['requests_in_engine_mean']:.3f} requests in the engine on average = arrival "
                    f"rate x mean time in it {m['little_lambda_w']:.3f}")
     vram = [f"{name} {m[f'vram.{name}.used_mib']:,.0f} MiB used, {m[f'vram.{name}.free_mib']:,.0f} free"
-            + (" (PAGED)" if i and eng.peer_paged[i - 1] else "") for i, (name, _, _) in enumerate(eng.vram)]
+            + (" (PAGED)" if 0 < i <= len(eng.peer_paged) and eng.peer_paged[i - 1] else "")
+            for i, (name, _, _) in enumerate(eng.vram)]
     out.append("  VRAM: " + "; ".join(vram))
     return out
 

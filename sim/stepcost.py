@@ -22,7 +22,10 @@ experts those positions route to. Per layer:
 - experts beyond host RAM are read from disk first (``disk latency + bytes / disk rate``), then cross PCIe;
 - a layer ends when its GPU work, its transfers and its peers are all done; in an eager step the copies also run
   through the layer's share of the eager overhead (launch and sync gaps), so a few reads per layer hide entirely;
-- ``host_s`` of host work per step leaves the GPU idle.
+- ``host_s`` of host work per step leaves the GPU idle;
+- layer split (another placement): every layer is divided across the cards in proportion to what each holds; each
+  card does its share at its own speed, and every token's activations go to every card and back at every layer
+  over its link, so a layer takes as long as its slowest card plus that card's round trip.
 
 The driver counts the GPU busy while it computes or waits inside a step (stalls, most of an eager step's overhead):
 "busy but stalled"; ``break_idle_share`` of the eager overhead has no kernel on the GPU at all (launch gaps).
@@ -55,6 +58,9 @@ class StepParams:
     peer_latency_s: tuple[float, ...] = ()  # per peer GPU: activations there and back per layer (s)
     disk_gbps: float = float("inf")  # read rate of experts beyond host RAM (GB/s)
     disk_latency_s: float = 0.0  # per layer that reads from disk (s)
+    split_share: tuple[float, ...] = ()  # layer split: share of every layer each card holds (engine GPU first)
+    split_scale: tuple[float, ...] = ()  # ... each card's time for the same work relative to the engine GPU
+    split_xfer_s: tuple[float, ...] = ()  # ... activations to the card and back, per layer (s; 0 for the engine GPU)
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,9 @@ def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: b
     requests, each starting (fused) at these sorted step indices."""
     layers = resident.shape[1]
     gpu = p.dense_s / layers + p.gpu_expert_s * resident
+    if p.split_share:  # layer split: every card does its share of every layer; the layer waits for the slowest
+        gpu = np.max([share * scale * gpu + xfer for share, scale, xfer
+                      in zip(p.split_share, p.split_scale, p.split_xfer_s, strict=True)], axis=0)
     on_cpu = np.minimum(missed, np.floor(gpu / p.cpu_expert_s + 1e-9))  # whole experts (guarding float rounding)
     reads = missed - on_cpu
     if disk is not None:

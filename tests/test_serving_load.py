@@ -59,3 +59,117 @@ def test_one_slot_keeps_throughput_flat_while_ttft_grows(clients, concurrency_me
     assert m["ttft_mean_s"] == pytest.approx(row["ttft_s"], rel=0.20)
     assert m["requests_rejected"] == 0
     assert m["requests_in_engine_mean"] == pytest.approx(m["little_lambda_w"], rel=1e-9)
+
+
+def load_scenario_small(**over):
+    """The tiny MoE engine (test_moe_serve) under load: 0.5 GiB free, so misses and stalls happen."""
+    return moe_scenario(**{"serve__requests": 300, "serve__output_tokens_min": 20, "serve__output_tokens_max": 60,
+                           **over})
+
+
+@pytest.mark.parametrize("workload", [
+    {"serve__workload__kind": "closed", "serve__workload__clients": 4, "serve__workload__think_s": 0.02,
+     "serve__workload__think_law": "exponential"},
+    {"serve__workload__kind": "open", "serve__workload__rate_per_s": 8.0},
+    {"serve__workload__kind": "open", "serve__workload__rate_per_s": 30.0, "serve__admission__queue_limit": 2},
+    {"serve__workload__kind": "open", "serve__workload__rate_per_s": 30.0, "serve__admission__timeout_s": 0.2,
+     "machines__server__engine__parallel": 2},
+    {"serve__workload__kind": "agent", "serve__workload__clients": 3, "serve__workload__turns": 4,
+     "serve__workload__turn_tokens": 50, "serve__request_overhead_s": 0.01},
+])
+def test_littles_law_holds_on_every_run(workload):
+    m = serve_metrics(*serve(load_scenario_small(**workload), np.random.default_rng(2)))
+    # L is integrated over time from the engine's own count; lambda x W comes from the requests' own times
+    assert m["requests_in_engine_mean"] == pytest.approx(m["little_lambda_w"], rel=1e-9)
+    assert m["requests_completed"] + m["requests_rejected"] + m["requests_cancelled"] == 300
+
+
+def test_admission_rejects_when_the_queue_is_full_and_cancels_on_timeout():
+    flood = {"serve__workload__kind": "open", "serve__workload__rate_per_s": 40.0}
+    unbounded = serve_metrics(*serve(load_scenario_small(**flood), np.random.default_rng(3)))
+    assert unbounded["requests_rejected"] == 0 and unbounded["requests_cancelled"] == 0  # overload only queues
+    assert unbounded["queue_peak"] > 20
+    limited = serve(load_scenario_small(**flood, serve__admission__queue_limit=3), np.random.default_rng(3))
+    m = serve_metrics(*limited)
+    assert m["requests_rejected"] > 50 and m["queue_peak"] <= 3
+    assert all(r.queue_wait_s == 0 and r.output_tokens == 0 for r in limited[1] if r.end == "rejected")
+    timed = serve(load_scenario_small(**flood, serve__admission__timeout_s=0.5), np.random.default_rng(3))
+    cancelled = [r for r in timed[1] if r.end == "cancelled"]
+    assert cancelled and all(r.queue_wait_s == pytest.approx(0.5) for r in cancelled)
+    assert max(r.queue_wait_s for r in timed[1] if r.end == "stop") <= 0.5 + 1e-9
+
+
+def test_strata_engine_rejects_nothing_at_32_clients():
+    """strata_overload.md: at 32 concurrent clients every request queued and finished."""
+    scn = concurrency_scenario(32)
+    m = serve_metrics(*serve(scn, np.random.default_rng(1)))
+    assert m["requests_rejected"] == 0 and m["requests_completed"] == scn.serve.requests
+
+
+def test_max_tokens_ends_requests_with_length():
+    eng, recs, tl = serve(load_scenario_small(serve__max_tokens=30), np.random.default_rng(4))
+    assert all(r.output_tokens <= 30 for r in recs)
+    assert {r.end for r in recs} == {"stop", "length"}
+    assert all((r.end == "length") == (r.output_tokens == 30) for r in recs if r.output_tokens < 30 or
+               r.end == "length")
+
+
+def test_prompt_cache_hits_prefill_only_new_tokens():
+    agent = serve(load_scenario_small(serve__workload__kind="agent", serve__workload__turns=5,
+                                      serve__workload__turn_tokens=100), np.random.default_rng(5))[1]
+    first = [r for r in agent if r.cached_tokens == 0]
+    later = [r for r in agent if r.cached_tokens > 0]
+    assert later and all(r.prompt_tokens > f.prompt_tokens for r in later[:3] for f in first[:1])
+    assert all(r.prefill_s == pytest.approx(100 / 500) for r in later)  # 100 new tokens at 500 tok/s
+    assert np.mean([r.prompt_tokens for r in later]) > 3 * np.mean([r.prompt_tokens for r in first])
+
+
+def test_decode_slots_divide_the_cache_and_can_lower_throughput():
+    """FIELD_NOTES section 3: each of N slots caches about 1/N of the experts; slots share the GPU, so under full
+    load aggregate throughput falls with more slots while the first token comes sooner (no waiting for a slot)."""
+    busy = {"serve__workload__kind": "closed", "serve__workload__clients": 8}
+    one = serve(load_scenario_small(**busy), np.random.default_rng(6))
+    four = serve(load_scenario_small(**busy, machines__server__engine__parallel=4), np.random.default_rng(6))
+    assert four[0].slot_slots == one[0].slot_slots // 4
+    m1, m4 = serve_metrics(*one), serve_metrics(*four)
+    assert m4["expert_hit_rate"] < m1["expert_hit_rate"] - 0.05
+    assert m4["throughput_tok_s"] < m1["throughput_tok_s"]
+    assert m4["slots_active_mean"] > 3.5
+    assert m4["ttft_p50_s"] < m1["ttft_p50_s"]
+
+
+def test_runs_are_deterministic_per_seed():
+    scn = load_scenario_small(serve__workload__kind="open", serve__workload__rate_per_s=10.0)
+    a = serve_metrics(*serve(scn, np.random.default_rng(9)))
+    b = serve_metrics(*serve(scn, np.random.default_rng(9)))
+    c = serve_metrics(*serve(scn, np.random.default_rng(10)))
+    assert a == b and a != c
+
+
+def test_azure_trace_replays_with_arrivals_and_lengths(tmp_path):
+    trace = tmp_path / "azure.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,374,44\n0.3,396,109\n0.31,879,55\n"
+                     "5.0,91,16\n")
+    scn = load_scenario_small(serve__workload__kind="trace", serve__workload__trace=str(trace), serve__requests=10)
+    eng, recs, tl = serve(scn, np.random.default_rng(0))
+    assert [r.sent_s for r in recs] == [0.0, 0.3, 0.31, 5.0]
+    assert [r.prompt_tokens for r in recs] == [374, 396, 879, 91]
+    assert [r.output_tokens for r in recs] == [44, 109, 55, 16]
+    assert recs[2].queue_wait_s > 0 and recs[3].queue_wait_s == 0  # the burst queues; the late one does not
+
+
+def test_cli_json_has_the_serving_contract():
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    path = os.path.join(ROOT, "scenarios", "gen3_5090_concurrency.yaml")
+    r = CliRunner().invoke(main, ["run", path, "--json", "--set", "serve.requests=40", "--set", "serve.workload.runs=2"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    m = json.loads(r.output)["metrics"]
+    for key in ("throughput_tok_s", "ttft_p50_s", "ttft_mean_s", "ttft_p99_s", "prefill_tok_s", "queue_wait_mean_s",
+                "requests_completed", "requests_rejected", "vram.gpu0.used_mib", "vram.gpu0.free_mib"):
+        assert key in m, key
+    assert m["requests_completed"] == 40

@@ -93,13 +93,21 @@ def binomial_matching(mean: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np
     return n, np.divide(mean, n, out=np.zeros_like(mean), where=n > 0)
 
 
+GRID = 4096  # inverse-CDF table resolution: exact values at u = j / GRID bracket every draw
+
+
 @dataclass(frozen=True)
 class CountSampler:
     """Draws [steps, layers] counts, each layer its own binomial law, by inverting one table of CDFs: layer ``l``'s
-    CDF is stored shifted to ``[l, l + 1]`` so a single ``searchsorted`` serves all layers (one uniform per count)."""
+    CDF is stored shifted to ``[l, l + 1]`` so a single ``searchsorted`` serves all layers (one uniform per count).
+
+    Fast path: the exact inverse at the grid points ``u = j / GRID`` is tabulated; a draw between two grid points with
+    the same value has that value (the inverse CDF is monotone), so only draws that straddle a jump of the CDF (a few
+    per thousand) need the search. The result is exactly the searched one."""
 
     cdf: np.ndarray  # flat, increasing: layer l's CDF + l
     width: int  # entries per layer (max N + 1)
+    grid: np.ndarray | None = None  # flat [layers, GRID + 1]: value at u = j / GRID
 
     @classmethod
     def build(cls, mean: np.ndarray, var: np.ndarray) -> CountSampler:
@@ -116,12 +124,30 @@ class CountSampler:
         cdf = np.minimum(np.cumsum(pmf, axis=1), 1.0)
         cdf[:, -1] = 1.0
         cdf += np.arange(mean.size)[:, None]
-        return cls(cdf.ravel(), k.size)
+        flat = cdf.ravel()
+        layers = np.arange(mean.size)
+        points = np.minimum(np.arange(GRID + 1) / GRID, np.nextafter(1.0, 0.0))[None, :] + layers[:, None]
+        grid = np.searchsorted(flat, points, side="right") - (layers * k.size)[:, None]
+        return cls(flat, k.size, grid.astype(np.int32).ravel())
 
     def sample(self, steps: int, rng: np.random.Generator) -> np.ndarray:
         layers = self.cdf.size // self.width
-        u = rng.random((steps, layers)) + np.arange(layers)
-        return np.searchsorted(self.cdf, u, side="right") - np.arange(layers) * self.width
+        u = rng.random((steps, layers))
+        if self.grid is None:
+            return np.searchsorted(self.cdf, u + np.arange(layers), side="right") - np.arange(layers) * self.width
+        j = (u * GRID).astype(np.int32)
+        j += np.arange(0, layers * (GRID + 1), GRID + 1, dtype=np.int32)
+        lo = np.take(self.grid, j)
+        out = lo
+        jump = np.flatnonzero(lo != np.take(self.grid, j + 1))
+        if jump.size:
+            flat_u = u.ravel()[jump]
+            layer = jump % layers
+            exact = np.searchsorted(self.cdf, flat_u + layer, side="right") - layer * self.width
+            out = lo.ravel()
+            out[jump] = exact
+            out = out.reshape(u.shape)
+        return out
 
 
 def draws_per_step(top_k: int, positions: int, locality: float) -> float:

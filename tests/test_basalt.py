@@ -28,7 +28,7 @@ def quantity(rows: list[dict], name: str) -> str:
 
 
 def run(path: str, *sets: str, requests: int = 40, prompt: int = 26, output: int = 512, acceptance=None) -> dict:
-    over = [f"serve.workload.kind=sequential", f"serve.requests={requests}", f"serve.prompt_tokens={prompt}",
+    over = ["serve.workload.kind=sequential", f"serve.requests={requests}", f"serve.prompt_tokens={prompt}",
             f"serve.output_tokens_min={output}", f"serve.output_tokens_max={output}", *sets]
     if acceptance is not None:
         over.append(f"models.basalt_pack.moe.draft.acceptance={acceptance}")
@@ -116,8 +116,9 @@ def test_layer_split_gains_nothing_on_x4_links_but_would_on_x16():
     layer_split = run(THREE, *split, requests=10)
     assert layer_split["expert_hit_rate"] == 1.0  # every expert on some card ...
     assert layer_split["decode_tok_s"] < offload["decode_tok_s"]  # ... and still slower: x4 round trips every layer
-    wide = [*split, "machines.basalt_box.gpus.gpu1.slot_lanes=16", "machines.basalt_box.gpus.gpu2.slot_lanes=16",
-            "machines.basalt_box.gpus.gpu1.measured_link_gbps=25", "machines.basalt_box.gpus.gpu2.measured_link_gbps=25"]
+    gpus = "machines.basalt_box.gpus."
+    wide = [*split, f"{gpus}gpu1.slot_lanes=16", f"{gpus}gpu2.slot_lanes=16", f"{gpus}gpu1.measured_link_gbps=25",
+            f"{gpus}gpu2.measured_link_gbps=25"]
     assert run(THREE, *wide, requests=10)["decode_tok_s"] > layer_split["decode_tok_s"]
 
 

@@ -164,7 +164,8 @@ def test_cli_json_has_the_serving_contract():
     from sim.cli import main
 
     path = os.path.join(ROOT, "scenarios", "gen3_5090_concurrency.yaml")
-    r = CliRunner().invoke(main, ["run", path, "--json", "--set", "serve.requests=40", "--set", "serve.workload.runs=2"])
+    r = CliRunner().invoke(main, ["run", path, "--json", "--set", "serve.requests=40", "--set",
+                                  "serve.workload.runs=2"])
     assert r.exit_code == 0, r.output
     import json
 

@@ -79,7 +79,7 @@ def serve_lines(res: RunResult) -> list[str]:
            f"  expert cache {eng.slots} of {moe.layers * moe.experts_per_layer} slots ({eng.cache_gib:.2f} GiB, "
            f"coverage {eng.coverage:.1%}); {moe.top_k * moe.layers} lookups per token, "
            f"{moe.draft.tokens} drafts at {moe.draft.acceptance:.1%} acceptance",
-           f"  {int(m['requests'])} requests of {sv.output_tokens_min}-{sv.output_tokens_max} tokens: "
+           f"  {int(m['requests'])} requests served, {m['output_tokens'] / m['requests']:.0f} tokens on average: "
            f"decode {m['decode_tok_s']:.1f} tok/s (token-weighted; median request {m['decode_tok_s_median']:.1f}), "
            f"TTFT median {m['ttft_s_median'] * 1000:.0f} ms",
            f"  hit rate {m['expert_hit_rate']:.1%} and PCIe spill {m['pcie_spill_share']:.2%} of routed experts "

@@ -96,7 +96,7 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     slots = auto_slots(free, moe.expert_mib, e.cache_reserve_mib, moe.draft.head_mib) if e.expert_cache == "auto" \
         else int(e.expert_cache)
     slots = min(slots, total)
-    per_slot = slots // e.parallel  # the engine divides its cache among its decode slots
+    per_slot = slots if e.batching else slots // e.parallel  # without batching, each decode slot has its share
     r = moe.routing
     law = RoutingLaw(moe.layers, moe.experts_per_layer, moe.top_k, r.exponent, r.locality, r.drift_weight,
                      r.drift_hot_experts, r.drift_concentration, r.exponent_spread)
@@ -342,7 +342,7 @@ def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, list[Re
     work = request_work(eng, table, sv.max_tokens, rng, sv.fidelity)
     w = sv.workload
     tl = simulate(table, work, eng.engine.parallel, sv.request_overhead_s, w.think_s, w.think_law,
-                  sv.admission.queue_limit, sv.admission.timeout_s, rng)
+                  sv.admission.queue_limit, sv.admission.timeout_s, rng, eng if eng.engine.batching else None)
     served = [e in ("stop", "length") for e in tl.end]
     ints = {k: np.where(served, work.decode[k], 0).astype(np.int64).tolist() for k in _SUMS
             if k not in _SECONDS}

@@ -191,7 +191,7 @@ class Engine(Strict):
     parallel: int = Field(1, gt=0, le=256, description="Decode slots; the expert cache is divided among them.")
     batching: bool = Field(
         False, description="Continuous batching: one step serves every active slot and fetches the union of their "
-        "experts. Default: slots take turns on the GPU.")
+        "experts; the cache is shared, not divided. Default: slots take turns on the GPU, each with its share.")
     placement: Literal["experts", "layer_split"] = Field(
         "experts", description="experts: peers hold expert copies; layer_split: layers divided across the GPUs, "
         "activations cross every card boundary at every step.")

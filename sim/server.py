@@ -43,7 +43,16 @@ def request_work(eng, table: RequestTable, max_tokens: int | None, rng: np.rando
                  fidelity: str = "counts") -> Work:
     out = table.output_tokens if max_tokens is None else np.minimum(table.output_tokens, max_tokens)
     capped = out < table.output_tokens
-    if fidelity == "counts":
+    if eng.engine.batching:  # the decode depends on the batch: only the verification steps each request needs
+        from .batching import batch_lookups
+        from .decode_batch import FIELDS, steps_needed
+
+        acc = np.where(np.isnan(table.acceptance), eng.moe.draft.acceptance, table.acceptance)
+        d = {f: np.zeros(out.size) for f in FIELDS}
+        d["steps"] = steps_needed(out, acc, eng.moe.draft.tokens, rng).astype(float)
+        d["output_tokens"] = out.astype(float)
+        batch_lookups(eng, d["steps"].astype(np.int64), d, rng)
+    elif fidelity == "counts":
         d = decode_many(eng, out, table.acceptance, rng)
     else:  # every lookup sampled, request by request (slow; for checking the counts law)
         from .moe_serve import decode_request
@@ -175,15 +184,23 @@ class Engine:
 
 
 def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, think_s: float, think_law: str,
-             queue_limit: int | None, timeout_s: float | None, rng: np.random.Generator) -> Timeline:
-    """Move every request of ``table`` through the engine; returns when the last one ends."""
+             queue_limit: int | None, timeout_s: float | None, rng: np.random.Generator, batch_engine=None
+             ) -> Timeline:
+    """Move every request of ``table`` through the engine; returns when the last one ends. ``batch_engine``: an
+    engine set-up whose steps serve every active sequence at once (:mod:`sim.batching`)."""
     n = len(table)
     nan = np.full(n, np.nan)
     tl = Timeline(nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(), [""] * n)
     env = simpy.Environment()
     closed = table.closed_loop
     done = [env.event() for _ in range(n)] if closed else None
-    engine = Engine(env, work, parallel, queue_limit, timeout_s, tl, done)
+    if batch_engine is not None:
+        from .batching import BatchEngine, BatchSteps
+
+        engine: Engine = BatchEngine(env, work, parallel, queue_limit, timeout_s, tl, done,
+                                     work.decode["steps"].astype(np.int64), BatchSteps(batch_engine, rng))
+    else:
+        engine = Engine(env, work, parallel, queue_limit, timeout_s, tl, done)
 
     def send(i: int) -> None:
         tl.sent_s[i] = env.now

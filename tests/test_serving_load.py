@@ -76,6 +76,8 @@ def load_scenario_small(**over):
      "machines__server__engine__parallel": 2},
     {"serve__workload__kind": "agent", "serve__workload__clients": 3, "serve__workload__turns": 4,
      "serve__workload__turn_tokens": 50, "serve__request_overhead_s": 0.01},
+    {"serve__workload__kind": "open", "serve__workload__rate_per_s": 30.0, "machines__server__engine__parallel": 4,
+     "machines__server__engine__batching": True, "serve__admission__timeout_s": 0.3},
 ])
 def test_littles_law_holds_on_every_run(workload):
     m = serve_metrics(*serve(load_scenario_small(**workload), np.random.default_rng(2)))
@@ -174,3 +176,35 @@ def test_cli_json_has_the_serving_contract():
                 "requests_completed", "requests_rejected", "vram.gpu0.used_mib", "vram.gpu0.free_mib"):
         assert key in m, key
     assert m["requests_completed"] == 40
+
+
+def test_continuous_batching_serves_the_union_of_experts():
+    """One step serves every decoding sequence: aggregate throughput grows with the batch, each sequence slows, and
+    a batch step touches the distinct experts of k sequences' draws (the union law), not k times one step's."""
+    from sim.batching import BatchSteps
+    from sim.expert_counts import draws_per_step, step_law
+
+    busy = {"serve__workload__kind": "closed", "serve__workload__clients": 8,
+            "machines__server__engine__batching": True}
+    runs = {k: serve(load_scenario_small(**busy, machines__server__engine__parallel=k), np.random.default_rng(7))
+            for k in (1, 4)}
+    m1, m4 = serve_metrics(*runs[1]), serve_metrics(*runs[4])
+    assert m4["throughput_tok_s"] > 1.1 * m1["throughput_tok_s"]
+    assert m4["decode_tok_s_median"] < m1["decode_tok_s_median"]
+    assert runs[4][0].slot_slots == runs[1][0].slot_slots  # a batch shares the whole cache
+    assert m4["requests_in_engine_mean"] == pytest.approx(m4["little_lambda_w"], rel=1e-9)
+    # a batch of one is the single-slot server
+    plain = serve_metrics(*serve(load_scenario_small(serve__workload__kind="closed", serve__workload__clients=8),
+                                 np.random.default_rng(7)))
+    assert m1["throughput_tok_s"] == pytest.approx(plain["throughput_tok_s"], rel=0.05)
+    eng = runs[4][0]
+    sampler = BatchSteps(eng, np.random.default_rng(0))
+    positions = 1 + eng.moe.draft.tokens
+    for k in (1, 4):
+        law = step_law(eng.popularity, eng.resident, None, 0.0,
+                       k * draws_per_step(eng.moe.top_k, positions, 0.0), eng.tier, eng.peers + 2, eng.peers)
+        expected = law.resident_mean.sum() + law.missed_mean.sum()
+        _, routed = sampler.sample(k, 4000)
+        assert routed.mean() == pytest.approx(expected, rel=0.01)
+    one, four = (sampler.sample(k, 4000)[1].mean() for k in (1, 4))
+    assert one < four < 4 * one

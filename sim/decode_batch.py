@@ -100,13 +100,13 @@ def decode_many(eng, tokens: np.ndarray, acceptance: np.ndarray, rng: np.random.
             cache[key] = built
         return built
 
-    if own:  # each request its own hot set: its own law
-        groups = [(np.array([i]), law_for(0, RequestRouter.start(law, eng.tables, rng, eng.popularity)))
-                  for i in range(n)]
+    if own:  # each request its own hot set: its own law, built, used and dropped one at a time
+        for i in range(n):
+            router = RequestRouter.start(law, eng.tables, rng, eng.popularity)
+            _decode_group(eng, np.array([i]), steps, law_for(0, router), positions, rng, out)
     else:
-        groups = [(np.flatnonzero(z_bin == b), law_for(int(b), None)) for b in np.unique(z_bin)]
-    for members, lw in groups:
-        _decode_group(eng, members, steps, lw, positions, rng, out)
+        for b in np.unique(z_bin):
+            _decode_group(eng, np.flatnonzero(z_bin == b), steps, law_for(int(b), None), positions, rng, out)
     return out
 
 
@@ -120,33 +120,39 @@ def _decode_group(eng, members: np.ndarray, steps: np.ndarray, lw: _Law, positio
     cells = np.cumsum(steps[members]) * layers
     cut = np.searchsorted(cells, np.arange(MAX_CELLS, cells[-1] + MAX_CELLS, MAX_CELLS), side="left")
     bounds = np.unique(np.concatenate(([0], np.minimum(cut + 1, members.size))))
+    max_steps = max(MAX_CELLS // layers, 1)
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         idx = members[lo:hi]
         n_steps = steps[idx]
-        total = int(n_steps.sum())
-        starts = np.concatenate(([0], np.cumsum(n_steps)[:-1]))
-        resident = lw.resident.sample(total, rng)
-        counts = [np.zeros((total, layers), dtype=np.int64) if s is None else s.sample(total, rng)
-                  for s in lw.missed]
-        peer = np.stack(counts[:host], axis=2) if host else None
-        disk = counts[host + 1] if eng.host_slots is not None else None
-        t = step_times(resident, counts[host], eng.params, False, peer, disk, starts)
-        total_s = t.total_s
-        add = np.add.reduceat
-        out["decode_s"][idx] = add(total_s, starts)
-        out["first_step_s"][idx] = total_s[starts]
-        out["compute_s"][idx] = add(t.compute_s, starts)
-        out["stall_s"][idx] = add(t.stall_s, starts)
-        out["break_s"][idx] = add(t.break_s, starts)
-        out["idle_s"][idx] = add(t.host_s, starts)
-        out["pcie_reads"][idx] = add(t.pcie_reads, starts)
-        out["cpu_experts"][idx] = add(t.cpu_experts, starts)
-        touched = resident.sum(axis=1) + sum(c.sum(axis=1) for c in counts)
-        out["routed"][idx] = add(touched, starts)
-        if peer is not None:
-            out["peer_experts"][idx] = add(peer.sum(axis=(1, 2)), starts)
-        if disk is not None:
-            out["disk_reads"][idx] = add(disk.sum(axis=1), starts)
+        # a request longer than a batch goes in pieces, its eager state carried from one to the next
+        pieces = [(0, int(n_steps.sum()))] if idx.size > 1 or n_steps[0] <= max_steps else \
+            [(p, min(int(n_steps[0]), p + max_steps)) for p in range(0, int(n_steps[0]), max_steps)]
+        eager = False
+        for piece, (first, last) in enumerate(pieces):
+            total = last - first
+            starts = np.concatenate(([0], np.cumsum(n_steps)[:-1])) if len(pieces) == 1 else np.zeros(1, np.int64)
+            resident = lw.resident.sample(total, rng)
+            counts = [np.zeros((total, layers), dtype=np.int64) if s is None else s.sample(total, rng)
+                      for s in lw.missed]
+            peer = np.stack(counts[:host], axis=2) if host else None
+            disk = counts[host + 1] if eng.host_slots is not None else None
+            if len(pieces) == 1:
+                t = step_times(resident, counts[host], eng.params, False, peer, disk, starts)
+            else:
+                t = step_times(resident, counts[host], eng.params, eager, peer, disk)
+                eager = t.eager_after
+            add = np.add.reduceat
+            sums = {"decode_s": t.total_s, "compute_s": t.compute_s, "stall_s": t.stall_s, "break_s": t.break_s,
+                    "idle_s": t.host_s, "pcie_reads": t.pcie_reads, "cpu_experts": t.cpu_experts,
+                    "routed": resident.sum(axis=1) + sum(c.sum(axis=1) for c in counts)}
+            if peer is not None:
+                sums["peer_experts"] = peer.sum(axis=(1, 2))
+            if disk is not None:
+                sums["disk_reads"] = disk.sum(axis=1)
+            for key, values in sums.items():
+                out[key][idx] += add(values, starts)
+            if piece == 0:
+                out["first_step_s"][idx] = t.total_s[starts]
         lookups = n_steps * per_step_lookups
         by_tier = rng.multinomial(lookups, lw.law.lookup_shares)
         out["lookups"][idx] = lookups

@@ -133,7 +133,11 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     split: tuple[tuple[float, ...], ...] = ((), (), ())
     if e.placement == "layer_split":
         slots, resident, split, split_rows = _layer_split(scn, machine, moe, slots, ranked, e)
-        per_slot = slots
+        per_slot = slots if e.batching else slots // e.parallel
+        if per_slot < slots:
+            resident = static_cache(ranked, per_slot)
+        vram_rows[0] = (e.gpu, (gpu.reserved_gib + overhead) * GIB / MIB + slots * split[0][0] * moe.expert_mib
+                        + moe.draft.head_mib, vram * GIB / MIB)
         vram_rows += split_rows
     host_slots = None if e.host_ram_gib is None else int(e.host_ram_gib * GIB // (moe.expert_mib * MIB))
     tier = home_tiers(ranked, slots, peer_slots, host_slots)  # ranks per_slot..slots: other slots; host RAM here
@@ -157,15 +161,17 @@ def _layer_split(scn: Scenario, machine: str, moe: Moe, slots: int, ranked: np.n
     ls = e.layer_split
     assert ls is not None
     capacity = [slots]
-    rows = []
     for name in ls.gpus:
         g = m.gpus[name]
-        free = scn.gpus[g.type].vram_gib - g.reserved_gib
-        n = auto_slots(free, moe.expert_mib, e.cache_reserve_mib, 0.0)
-        capacity.append(n)
-        rows.append((name, (g.reserved_gib * GIB / MIB) + n * moe.expert_mib, scn.gpus[g.type].vram_gib * GIB / MIB))
+        capacity.append(auto_slots(scn.gpus[g.type].vram_gib - g.reserved_gib, moe.expert_mib, e.cache_reserve_mib,
+                                   0.0))
     total = min(sum(capacity), moe.layers * moe.experts_per_layer)
     share = tuple(float(c) / sum(capacity) for c in capacity)
+    rows = []  # each card holds its share of the experts the cards hold together
+    for name, part in zip(ls.gpus, share[1:], strict=True):
+        g = m.gpus[name]
+        rows.append((name, g.reserved_gib * GIB / MIB + total * part * moe.expert_mib,
+                     scn.gpus[g.type].vram_gib * GIB / MIB))
     positions = 1 + moe.draft.tokens
     xfer = tuple([0.0] + [2 * (ls.hop_s + positions * ls.activation_kib_per_token * 1024
                                 / (link_info(scn, m, name).gbps * GB)) for name in ls.gpus])
@@ -204,6 +210,11 @@ class RequestRecord:
     end: str = "stop"  # stop, length, cancelled, rejected
     cached_tokens: int = 0
     client: int = -1
+    decode_gpu_s: float | None = None  # GPU seconds of its decode (None: decode_s, when it had the GPU alone)
+
+    @property
+    def gpu_s(self) -> float:
+        return self.decode_s if self.decode_gpu_s is None else self.decode_gpu_s
 
     @property
     def hit_rate(self) -> float:
@@ -246,8 +257,8 @@ def _steps_needed(made: np.ndarray, produced: int, tokens: int) -> tuple[int, in
     return n, int(done[n - 1])
 
 
-def decode_request(eng: EngineSetup, tokens: int, rng: np.random.Generator, fidelity: str = "counts"
-                   ) -> dict[str, float]:
+def decode_request(eng: EngineSetup, tokens: int, rng: np.random.Generator, fidelity: str = "counts",
+                   acceptance: float | None = None) -> dict[str, float]:
     """Simulate the decode of one request of ``tokens`` generated tokens; returns its telemetry sums.
 
     ``fidelity``: ``counts`` samples the distinct experts per layer-step (:mod:`sim.expert_counts`); ``lookups``
@@ -255,15 +266,16 @@ def decode_request(eng: EngineSetup, tokens: int, rng: np.random.Generator, fide
     router = RequestRouter.start(eng.law, eng.tables, rng, eng.popularity)
     acc: dict[str, float] = dict.fromkeys(_SUMS, 0)
     acc["first_step_s"] = -1.0
+    a = eng.moe.draft.acceptance if acceptance is None or acceptance != acceptance else acceptance
     if fidelity == "counts":
-        _decode_counts(eng, router, tokens, rng, acc)
+        _decode_counts(eng, router, tokens, rng, acc, a)
     else:
-        _decode_lookups(eng, router, tokens, rng, acc)
+        _decode_lookups(eng, router, tokens, rng, acc, a)
     return acc
 
 
 def _decode_counts(eng: EngineSetup, router: RequestRouter, tokens: int, rng: np.random.Generator,
-                   acc: dict[str, float]) -> None:
+                   acc: dict[str, float], acceptance: float) -> None:
     moe = eng.moe
     positions = 1 + moe.draft.tokens
     law = step_law(request_popularity(eng.popularity, router.skew), eng.resident, router.hot_set, router.drift_weight,
@@ -276,8 +288,8 @@ def _decode_counts(eng: EngineSetup, router: RequestRouter, tokens: int, rng: np
     host, disk_tier = eng.peers, eng.peers + 1
     produced, eager = 0, False
     while produced < tokens:
-        steps = max(8, int((tokens - produced) / eng.expected_tokens_per_step * 1.2) + 1)
-        made = tokens_per_step(moe.draft.tokens, moe.draft.acceptance, steps, rng)
+        steps = max(8, int((tokens - produced) / expected_tokens_per_step(moe.draft.tokens, acceptance) * 1.2) + 1)
+        made = tokens_per_step(moe.draft.tokens, acceptance, steps, rng)
         n, produced = _steps_needed(made, produced, tokens)
         resident = resident_counts.sample(n, rng)
         counts = [np.zeros((n, moe.layers), dtype=np.int64) if s is None else s.sample(n, rng) for s in samplers]
@@ -295,7 +307,7 @@ def _decode_counts(eng: EngineSetup, router: RequestRouter, tokens: int, rng: np
 
 
 def _decode_lookups(eng: EngineSetup, router: RequestRouter, tokens: int, rng: np.random.Generator,
-                    acc: dict[str, float]) -> None:
+                    acc: dict[str, float], acceptance: float) -> None:
     moe = eng.moe
     positions = 1 + moe.draft.tokens
     layers, k = moe.layers, moe.top_k
@@ -303,7 +315,7 @@ def _decode_lookups(eng: EngineSetup, router: RequestRouter, tokens: int, rng: n
     produced, eager = 0, False
     while produced < tokens:
         ids = router.next_tokens(CHUNK_STEPS * positions).reshape(CHUNK_STEPS, positions, layers, k)
-        made = tokens_per_step(moe.draft.tokens, moe.draft.acceptance, CHUNK_STEPS, rng)
+        made = tokens_per_step(moe.draft.tokens, acceptance, CHUNK_STEPS, rng)
         n, produced = _steps_needed(made, produced, tokens)
         ids = ids[:n]
         per_layer = np.transpose(ids, (0, 2, 1, 3)).reshape(n, layers, positions * k)
@@ -354,12 +366,20 @@ def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, list[Re
     wait = (np.array(start) - tl.arrival_s).tolist()
     prompt, cached, client = table.prompt_tokens.tolist(), table.cached_tokens.tolist(), table.client.tolist()
     sent, arrival, end_s = tl.sent_s.tolist(), tl.arrival_s.tolist(), tl.end_s.tolist()
-    prefill = work.prefill_s.tolist()
     started = tl.start_s.tolist()
+    e = eng.engine
+    gpu = [None] * len(table)
+    if e.batching or e.parallel > 1:  # decode shared the GPU: its rate is wall time; its GPU seconds are kept apart
+        parts = work.decode["compute_s"] + work.decode["stall_s"] + work.decode["break_s"] + work.decode["idle_s"]
+        gpu = np.where(served, parts, 0.0).tolist()
+        if not e.batching:  # slots took turns: from the first token to the end, plus the first step
+            wall = tl.end_s - tl.first_token_s + work.decode["first_step_s"]
+            cols["decode_s"] = np.where(served, wall, 0.0).tolist()
+    prefill = np.where(served, work.prefill_s, 0.0).tolist()
     records = [RequestRecord(i, prompt[i], out_tokens[i], started[i], ttft[i],
                              *[cols[k][i] for k in _SUMS], sent_s=sent[i], arrival_s=arrival[i], queue_wait_s=wait[i],
                              prefill_s=prefill[i], end_s=end_s[i], end=tl.end[i], cached_tokens=cached[i],
-                             client=client[i]) for i in range(len(table))]
+                             client=client[i], decode_gpu_s=gpu[i]) for i in range(len(table))]
     return eng, records, tl
 
 
@@ -370,7 +390,8 @@ def serve_metrics(eng: EngineSetup, all_recs: list[RequestRecord], tl: Timeline 
     if not recs:
         return out
     tokens = sum(r.output_tokens for r in recs)
-    decode = sum(r.decode_s for r in recs) or float("nan")  # all step costs zero: no rate to report
+    wall = sum(r.decode_s for r in recs) or float("nan")  # all step costs zero: no rate to report
+    decode = sum(r.gpu_s for r in recs) or float("nan")  # GPU seconds: the time shares are of these
     idle_share = eng.params.break_idle_share
     busy = sum(r.compute_s + r.stall_s + (1 - idle_share) * r.break_s for r in recs)
     out |= {
@@ -380,7 +401,7 @@ def serve_metrics(eng: EngineSetup, all_recs: list[RequestRecord], tl: Timeline 
         "free_vram_gib": eng.free_gib,
         "expert_hit_rate": float(np.median([r.hit_rate for r in recs])),
         "pcie_spill_share": float(np.median([r.pcie_share for r in recs])),
-        "decode_tok_s": tokens / decode,
+        "decode_tok_s": tokens / wall,
         "decode_tok_s_median": float(np.median([r.decode_tok_s for r in recs])),
         "gpu_busy_share": busy / decode,
         "compute_share": sum(r.compute_s for r in recs) / decode,
@@ -472,13 +493,16 @@ def spill_buckets(all_recs: list[RequestRecord]) -> list[dict]:
 
 
 def request_rows(recs: list[RequestRecord]) -> list[dict]:
-    """``requests.csv``: one row per request, shares as fractions, times in seconds."""
+    """``requests.csv``: one row per request, shares as fractions, times in seconds; a request that was rejected or
+    cancelled has no decode figures (empty cells)."""
     return [{"request": r.id, "client": r.client, "end": r.end, "sent_s": r.sent_s, "arrival_s": r.arrival_s,
              "queue_wait_s": r.queue_wait_s, "end_s": r.end_s, "e2e_s": r.end_s - r.sent_s,
              "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens, "prefill_s": r.prefill_s,
              "output_tokens": r.output_tokens,
-             "hit_rate": r.hit_rate, "pcie_share": r.pcie_share, "decode_tok_s": r.decode_tok_s, "ttft_s": r.ttft_s,
-             "start_s": r.start_s, "decode_s": r.decode_s, "compute_s": r.compute_s, "stall_s": r.stall_s,
+             **({"hit_rate": r.hit_rate, "pcie_share": r.pcie_share, "decode_tok_s": r.decode_tok_s}
+                if r.end in ("stop", "length") else {"hit_rate": None, "pcie_share": None, "decode_tok_s": None}),
+             "ttft_s": r.ttft_s, "start_s": r.start_s, "decode_s": r.decode_s, "decode_gpu_s": r.gpu_s,
+             "compute_s": r.compute_s, "stall_s": r.stall_s,
              "eager_s": r.break_s, "host_s": r.idle_s, "lookups": r.lookups, "vram_hits": r.hits,
              "peer_lookups": r.peer_lookups, "disk_lookups": r.disk_lookups, "routed": r.routed,
              "cpu_experts": r.cpu_experts, "peer_experts": r.peer_experts, "pcie_reads": r.pcie_reads,

@@ -84,9 +84,9 @@ def serve_lines(res: RunResult) -> list[str]:
            f"TTFT median {m['ttft_s_median'] * 1000:.0f} ms",
            f"  hit rate {m['expert_hit_rate']:.1%} and PCIe spill {m['pcie_spill_share']:.2%} of routed experts "
            f"(medians over requests); requests that ever read over PCIe: {m['requests_spilling_share']:.0%}",
-           f"  where decode time goes: compute {m['compute_share']:.0%}, stalled on PCIe {m['stall_share']:.0%}, "
-           f"eager steps {m['eager_share']:.0%}, host {m['host_share']:.0%}; GPU busy as the driver reports it "
-           f"{m['gpu_busy_share']:.0%}"]
+           f"  where decode time goes: compute {m['compute_share']:.0%}, stalled on PCIe or peers "
+           f"{m['stall_share']:.0%}, eager steps {m['eager_share']:.0%}, host {m['host_share']:.0%}; GPU busy as the "
+           f"driver reports it {m['gpu_busy_share']:.0%}"]
     if eng.peers or eng.host_slots is not None:
         lookups = sum(r.lookups for r in res.requests) or 1
         parts = [f"peer {name} {n} experts" for name, n in zip(eng.engine.peers, eng.peer_slots, strict=True)]

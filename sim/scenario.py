@@ -150,6 +150,9 @@ class Prefill(Strict):
     kv_resident_tokens: int | None = Field(
         None, gt=0, description="KV cells kept in VRAM; tokens beyond them stream their KV through host RAM.")
     kv_spill_token_s: float = Field(0.0, ge=0, description="Extra time per prompt token beyond kv_resident (s).")
+    order: Literal["chunk", "layer"] = Field(
+        "chunk", description="chunk: each chunk goes through every layer, streaming the experts it touches; layer: "
+        "all new tokens go through one layer before the next, so each non-resident expert streams once per prefill.")
     overlap: bool = Field(
         True, description="Streaming overlaps compute (a chunk takes the longer); false: the chunk waits for its "
         "experts, then computes (the sum).")
@@ -349,15 +352,19 @@ class Serve(Strict):
 
     machine: str = Field(description="Machine whose engine serves the requests.")
     requests: int = Field(100, gt=0, le=1_000_000, description="Number of requests (trace: its first rows).")
-    output_tokens_min: int = Field(150, gt=0, description="Shortest generation (tokens); lengths are uniform.")
-    output_tokens_max: int = Field(260, gt=0, description="Longest generation (tokens).")
+    output_tokens_min: int = Field(
+        150, gt=0, le=10_000_000, description="Shortest generation (tokens); lengths are uniform.")
+    output_tokens_max: int = Field(260, gt=0, le=10_000_000, description="Longest generation (tokens).")
     output_tokens_mean: PositiveFloat | None = Field(
-        None, description="If set, lengths are exponential with this mean (tokens, at least 1) instead of uniform.")
-    prompt_tokens: int = Field(26, ge=0, description="Prompt tokens of each request.")
+        None, le=1e6, description="If set, lengths are exponential with this mean (tokens, at least 1, at most 1e7) "
+        "instead of uniform.")
+    prompt_tokens: int = Field(26, ge=0, le=100_000_000, description="Prompt tokens of each request.")
     prompt_tokens_mean: PositiveFloat | None = Field(
-        None, description="If set, prompt lengths are exponential with this mean (tokens) instead of fixed.")
+        None, le=1e7, description="If set, prompt lengths are exponential with this mean (tokens, at most 1e8) "
+        "instead of fixed.")
     cached_tokens: int = Field(0, ge=0, description="Of those, tokens already in the engine's prompt cache.")
-    max_tokens: int | None = Field(None, gt=0, description="Generation cap; a request that reaches it ends 'length'.")
+    max_tokens: int | None = Field(
+        None, gt=0, le=10_000_000, description="Generation cap; a request that reaches it ends 'length'.")
     request_overhead_s: float = Field(
         0.0, ge=0, description="Client, HTTP and tokenizer time before a request reaches the engine queue (s); part "
         "of TTFT, not GPU time.")
@@ -444,8 +451,14 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
                 if ls is None:
                     errs.append((f"{p}.layer_split", None, "a 'layer_split' section for placement layer_split"))
                 else:
+                    if e.peers:
+                        errs.append((f"{p}.peers", list(e.peers), "no peers with placement layer_split (the cards "
+                                     "hold layers, not expert copies): --set " + p + ".peers={}"))
                     for i, gname in enumerate(ls.gpus):
                         need(f"{p}.layer_split.gpus.{i}", gname, m.gpus, "a GPU of this machine")
+                        if gname == e.gpu or gname in ls.gpus[:i]:
+                            errs.append((f"{p}.layer_split.gpus.{i}", gname, "a GPU other than the engine's and "
+                                         "the others listed"))
                     if len(ls.layer_s_scale) != len(ls.gpus):
                         errs.append((f"{p}.layer_split.layer_s_scale", ls.layer_s_scale,
                                      f"one value per GPU of layer_split.gpus ({len(ls.gpus)})"))
@@ -484,6 +497,10 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
             errs.append(("serve.cached_tokens", s.serve.cached_tokens, "at most prompt_tokens"))
         if w.kind == "open" and w.rate_per_s is None:
             errs.append(("serve.workload.rate_per_s", None, "a rate (requests/s) for an open-loop workload"))
+        per_run = -(-s.serve.requests // min(w.runs, s.serve.requests))  # the largest run
+        if w.kind in ("closed", "agent") and w.clients > per_run:
+            errs.append(("serve.workload.clients", w.clients, f"at most the requests of a run ({s.serve.requests} "
+                         f"requests in {w.runs} runs: {per_run}); more clients would never send anything"))
         if w.kind == "trace" and w.trace is None:
             errs.append(("serve.workload.trace", None, "a trace CSV path for a trace workload"))
         if s.serve.output_tokens_max < s.serve.output_tokens_min:
@@ -735,7 +752,9 @@ def load_scenario(path: str, overrides: list[str] | tuple[str, ...] = ()) -> tup
         if (expr, key, value) not in early:
             label = f"{path} (--set {expr})"
             origins.append(_Origin(key, label, set_dotted(resolved, key, value, label)))
-    _resolve_trace_path(resolved, path)
+    trace_key = "serve.workload.trace"
+    if not any(k == trace_key or trace_key.startswith(k + ".") for _, k, _ in sets):  # --set paths: from the cwd
+        _resolve_trace_path(resolved, path)
     try:
         return validate(resolved, path), resolved
     except ScenarioError as exc:
@@ -743,7 +762,8 @@ def load_scenario(path: str, overrides: list[str] | tuple[str, ...] = ()) -> tup
 
 
 def _resolve_trace_path(raw: dict, source: str) -> None:
-    """A relative trace path is relative to the scenario file (as calibration paths are)."""
+    """A relative trace path written in the scenario is relative to the scenario file (as calibration paths are);
+    one given with --set is relative to the current directory."""
     workload = (raw.get("serve") or {}).get("workload") if isinstance(raw.get("serve"), dict) else None
     trace = workload.get("trace") if isinstance(workload, dict) else None
     if isinstance(trace, str) and not os.path.isabs(trace):

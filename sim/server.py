@@ -56,7 +56,8 @@ def request_work(eng, table: RequestTable, max_tokens: int | None, rng: np.rando
         d = decode_many(eng, out, table.acceptance, rng)
     else:  # every lookup sampled, request by request (slow; for checking the counts law)
         from .moe_serve import decode_request
-        rows = [decode_request(eng, int(k), rng, "lookups") for k in out]
+        rows = [decode_request(eng, int(k), rng, "lookups", float(a)) for k, a in zip(out, table.acceptance,
+                                                                                       strict=True)]
         d = {key: np.array([r[key] for r in rows], dtype=float) for key in rows[0]} if rows else {}
     pre = prefill_seconds(eng, table.prompt_tokens, table.cached_tokens)
     return Work(pre, pre + d["first_step_s"], pre + d["decode_s"], out, capped, d)
@@ -223,10 +224,10 @@ def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, 
                 if r:
                     yield barrier[r - 1]
                 mine = np.flatnonzero((table.client == c) & (run == r))
-                for i in mine:
+                for n_sent, i in enumerate(mine, 1):
                     send(int(i))
                     yield done[i]
-                    if think[i] > 0:
+                    if think[i] > 0 and n_sent < mine.size:  # the run ends at its last answer
                         yield env.timeout(float(think[i]))
                 if mine.size:
                     active[r] -= 1

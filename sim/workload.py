@@ -31,7 +31,8 @@ from .scenario import Serve
 AZURE_COLUMNS = {"arrived_at": "arrival_s", "num_prefill_tokens": "prompt_tokens", "num_decode_tokens": "output_tokens"}
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL_COLUMNS = ("cached_tokens", "acceptance")
-MAX_TOKENS = 10**12  # a trace's token counts: no request is longer (and the count stays exact in a float64)
+MAX_TOKENS = 10**8  # a trace's prompt token counts: no request is longer
+MAX_OUTPUT_TOKENS = 10**7  # ... and its generated tokens (decoding 1e7 tokens already takes about a minute)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ class RequestTable:
 def output_lengths(sv: Serve, n: int, rng: np.random.Generator) -> np.ndarray:
     """Generation lengths (tokens): uniform on [min, max], or exponential with ``output_tokens_mean`` (>= 1)."""
     if sv.output_tokens_mean is not None:
-        return np.maximum(1, np.rint(rng.exponential(sv.output_tokens_mean, n))).astype(np.int64)
+        drawn = np.rint(rng.exponential(sv.output_tokens_mean, n))
+        return np.clip(drawn, 1, MAX_OUTPUT_TOKENS).astype(np.int64)
     return rng.integers(sv.output_tokens_min, sv.output_tokens_max + 1, size=n).astype(np.int64)
 
 
@@ -69,7 +71,7 @@ def build_table(sv: Serve, rng: np.random.Generator) -> RequestTable:
         return read_trace(w.trace, n, w.time_scale)
     out = output_lengths(sv, n, rng)
     prompt = np.full(n, sv.prompt_tokens, dtype=np.int64) if sv.prompt_tokens_mean is None \
-        else np.rint(rng.exponential(sv.prompt_tokens_mean, n)).astype(np.int64)
+        else np.clip(np.rint(rng.exponential(sv.prompt_tokens_mean, n)), 0, MAX_TOKENS).astype(np.int64)
     cached = np.minimum(np.full(n, sv.cached_tokens, dtype=np.int64), prompt)
     nan = np.full(n, np.nan)
     if w.kind == "open":
@@ -83,7 +85,8 @@ def build_table(sv: Serve, rng: np.random.Generator) -> RequestTable:
     run = index * runs // n  # exactly ``runs`` runs, none empty, their sizes within one request of each other
     client = (index - np.searchsorted(run, run)) % clients  # in each run, client c sends its requests c, c + clients..
     if w.kind == "agent":
-        prompt, cached = agent_contexts(out, client, w.turns, w.turn_tokens, sv.prompt_tokens)
+        answered = out if sv.max_tokens is None else np.minimum(out, sv.max_tokens)  # what the next turn carries
+        prompt, cached = agent_contexts(answered, client, w.turns, w.turn_tokens, sv.prompt_tokens)
     return RequestTable(nan, prompt, cached, out, nan, client, run)
 
 
@@ -162,8 +165,9 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0) -> RequestTable:
                 ok = np.isfinite(values) & (values >= 0)
                 expected = "a non-negative number of seconds"
             else:
-                ok = np.isfinite(values) & (values >= 0) & (values <= MAX_TOKENS) & (values == np.floor(values))
-                expected = "a whole number of tokens from 0 to 1e12"
+                top = MAX_OUTPUT_TOKENS if name == "output_tokens" else MAX_TOKENS
+                ok = np.isfinite(values) & (values >= 0) & (values <= top) & (values == np.floor(values))
+                expected = f"a whole number of tokens from 0 to {top:.0e}".replace("e+0", "e")
         if not ok.all():
             row = int(np.flatnonzero(~ok)[0])
             raise ScenarioError(path, key(row, name), f"{_cell(df[name].iloc[row])}: expected {expected}")

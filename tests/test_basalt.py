@@ -37,7 +37,10 @@ def run(path: str, *sets: str, requests: int = 40, prompt: int = 26, output: int
 
 
 def test_placement_follows_the_start_up_arithmetic():
-    """cuda0 resident + cuda1-copy 10.7 GiB + cuda2-copy 5.0 GiB, and the VRAM each card reports in use."""
+    """cuda0 resident + cuda1-copy 10.7 GiB + cuda2-copy 5.0 GiB, and the VRAM each card reports in use. The copies
+    are set in the scenario from the start-up line, and the 5090's overhead and the 5060 Ti's other use were derived
+    from these same VRAM figures: this checks the arithmetic is consistent (resident + copies = every expert, 15.7
+    GiB in RAM, each card's use), not an independent prediction."""
     main = table("basalt_3gpu.csv")
     eng = setup_engine(load_scenario(THREE)[0], "basalt_box")
     experts = eng.moe.layers * eng.moe.experts_per_layer
@@ -123,8 +126,9 @@ def test_layer_split_gains_nothing_on_x4_links_but_would_on_x16():
 
 
 def test_log_replay_matches_the_engine_log_per_request():
-    """The 12 completion lines replayed one after another: prefill within 20% for the cold prompts; TTFT is prefill
-    (no queue); every request completes."""
+    """The 12 completion lines replayed one after another, each at its own acceptance: prefill within 20% for the
+    cold prompts and decode within 30% (the fit's tolerance for single log lines), but for the one request the fit
+    leaves out (108.9 tok/s at 60% acceptance, where the others run near 290); no queue; every request completes."""
     scn, _ = load_scenario(THREE)
     eng, recs, tl = serve(scn, np.random.default_rng(SEED))
     rows = table("basalt_serve_requests.csv")
@@ -133,3 +137,5 @@ def test_log_replay_matches_the_engine_log_per_request():
         assert rec.queue_wait_s == 0
         if int(row["cached_tokens"]) == 0:
             assert rec.prefill_s == pytest.approx(float(row["prefill_s"]), rel=0.20)
+        if float(row["decode_tok_s"]) != 108.9:
+            assert rec.decode_tok_s == pytest.approx(float(row["decode_tok_s"]), rel=0.30)

@@ -34,6 +34,8 @@ def test_mean_queue_wait_matches_m_m_1_and_m_d_1(law, rho):
     m = serve_metrics(*serve(queue_scenario(rho, law, requests), np.random.default_rng(1)))
     assert m["queue_wait_mean_s"] == pytest.approx(expected, rel=0.03)
     assert m["gpu_active_share"] == pytest.approx(rho, rel=0.02)
+    # Little's law against the offered rate: time-averaged requests in the engine = rate x mean time in it
+    assert m["requests_in_engine_mean"] == pytest.approx(rho * m["e2e_mean_s"], rel=0.02)
 
 
 def concurrency_scenario(clients: int):
@@ -101,11 +103,16 @@ def test_admission_rejects_when_the_queue_is_full_and_cancels_on_timeout():
     assert max(r.queue_wait_s for r in timed[1] if r.end == "stop") <= 0.5 + 1e-9
 
 
-def test_strata_engine_rejects_nothing_at_32_clients():
-    """strata_overload.md: at 32 concurrent clients every request queued and finished."""
-    scn = concurrency_scenario(32)
+def test_strata_engine_queues_32_clients_without_bound():
+    """strata_overload.md: at 32 concurrent clients every request queued and finished (no admission control)."""
+    from sim.scenario import load_scenario
+
+    path = os.path.join(ROOT, "scenarios", "gen3_5090_concurrency.yaml")
+    scn = load_scenario(path, ["serve.workload.clients=32", "serve.workload.runs=1", "serve.requests=96"])[0]
     m = serve_metrics(*serve(scn, np.random.default_rng(1)))
-    assert m["requests_rejected"] == 0 and m["requests_completed"] == scn.serve.requests
+    assert m["requests_rejected"] == 0 and m["requests_completed"] == 96
+    assert m["queue_peak"] == 31  # all but the one in the slot wait
+    assert m["queue_wait_mean_s"] > 10
 
 
 def test_max_tokens_ends_requests_with_length():
@@ -208,3 +215,11 @@ def test_continuous_batching_serves_the_union_of_experts():
         assert routed.mean() == pytest.approx(expected, rel=0.01)
     one, four = (sampler.sample(k, 4000)[1].mean() for k in (1, 4))
     assert one < four < 4 * one
+
+
+def test_more_clients_than_a_run_has_requests_is_an_error():
+    from sim.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="serve.workload.clients"):
+        load_scenario_small(serve__workload__kind="closed", serve__workload__clients=40, serve__requests=60,
+                            serve__workload__runs=2)

@@ -51,8 +51,9 @@ class BatchSteps:
                              else None for t in range(eng.peers + 2)])
         return self.laws[k]
 
-    def sample(self, k: int, steps: int) -> tuple[StepTimes, np.ndarray]:
-        """Step times of ``steps`` batch steps, and the distinct experts each touched."""
+    def sample(self, k: int, steps: int) -> tuple[StepTimes, dict[str, np.ndarray]]:
+        """Step times of ``steps`` batch steps, and per step the distinct experts touched, computed by peers and
+        read from disk."""
         eng = self.eng
         _, resident_s, missed_s = self.law(k)
         layers = eng.moe.layers
@@ -63,8 +64,12 @@ class BatchSteps:
         peer = np.stack(counts[:host], axis=2) if host else None
         disk = counts[host + 1] if eng.host_slots is not None else None
         t = step_times(resident, counts[host], self.params, False, peer, disk)
-        routed = resident.sum(axis=1) + sum(c.sum(axis=1) for c in counts)
-        return t, routed
+        experts = {"routed": resident.sum(axis=1) + sum(c.sum(axis=1) for c in counts)}
+        if peer is not None:
+            experts["peer_experts"] = peer.sum(axis=(1, 2))
+        if disk is not None:
+            experts["disk_reads"] = disk.sum(axis=1)
+        return t, experts
 
 
 class BatchEngine(Engine):
@@ -111,6 +116,8 @@ class BatchEngine(Engine):
             if self.prefill_q:
                 i = self.prefill_q.pop(0)
                 yield env.timeout(float(work.prefill_s[i]))
+                if self.wake.triggered:  # admissions during the prefill are in prefill_q already
+                    self.wake = env.event()
                 self._account()
                 self.decoding[i] = int(self.steps[i])
                 self.joined[i] = env.now
@@ -122,12 +129,14 @@ class BatchEngine(Engine):
             members = list(self.decoding)
             k = len(members)
             m = min(min(self.decoding.values()), CHUNK_STEPS)
-            t, routed = self.sampler.sample(k, m)
+            t, experts = self.sampler.sample(k, m)
             ends = env.now + np.cumsum(t.total_s)
             timer = env.timeout(float(ends[-1] - env.now))
             yield timer | self.wake
             done = m
-            if not timer.processed:  # a sequence was admitted: finish the step in progress, then let it prefill
+            if timer.processed and self.wake.triggered:  # woke at the chunk's very end: nothing to cut
+                self.wake = env.event()
+            elif not timer.processed:  # a sequence was admitted: finish the step in progress, then let it prefill
                 self.wake = env.event()
                 j = min(int(np.searchsorted(ends, env.now, side="left")), m - 1)
                 if ends[j] > env.now:
@@ -136,8 +145,8 @@ class BatchEngine(Engine):
             self._account()
             share = 1.0 / k
             for key, values in (("compute_s", t.compute_s), ("stall_s", t.stall_s), ("break_s", t.break_s),
-                                ("idle_s", t.host_s), ("routed", routed), ("pcie_reads", t.pcie_reads),
-                                ("cpu_experts", t.cpu_experts)):
+                                ("idle_s", t.host_s), ("pcie_reads", t.pcie_reads), ("cpu_experts", t.cpu_experts),
+                                *experts.items()):
                 d[key][members] += float(values[:done].sum()) * share
             for i in members:
                 if self.decoding[i] == self.steps[i]:  # its first step: the first token

@@ -116,11 +116,19 @@ def _decode_group(eng, members: np.ndarray, steps: np.ndarray, lw: _Law, positio
     layers = moe.layers
     host = eng.peers
     per_step_lookups = positions * layers * moe.top_k
-    # batches of whole requests, at most MAX_CELLS step-layers each (a longer request is a batch alone)
-    cells = np.cumsum(steps[members]) * layers
-    cut = np.searchsorted(cells, np.arange(MAX_CELLS, cells[-1] + MAX_CELLS, MAX_CELLS), side="left")
-    bounds = np.unique(np.concatenate(([0], np.minimum(cut + 1, members.size))))
+    # batches of whole requests, at most MAX_CELLS step-layers each; a request longer than that is a batch alone
     max_steps = max(MAX_CELLS // layers, 1)
+    bounds = [0]
+    cells = 0
+    for j, n_steps in enumerate(steps[members].tolist()):
+        if j > bounds[-1] and (n_steps > max_steps or cells + n_steps > max_steps):
+            bounds.append(j)
+            cells = 0
+        cells += n_steps
+        if n_steps > max_steps:
+            bounds.append(j + 1)
+            cells = 0
+    bounds = np.unique(np.append(bounds, members.size))
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         idx = members[lo:hi]
         n_steps = steps[idx]

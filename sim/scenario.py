@@ -321,7 +321,8 @@ class Workload(Strict):
         "its next request `think_s` after its last answer; open: arrivals at `rate_per_s`; trace: replay a CSV; "
         "agent: `clients` sessions whose context grows turn by turn.")
     clients: int = Field(1, gt=0, le=100_000, description="Closed-loop clients, or concurrent agent sessions.")
-    think_s: float = Field(0.0, ge=0, description="Mean time between an answer and the client's next request (s).")
+    think_s: float = Field(
+        0.0, ge=0, le=1e9, description="Mean time between an answer and the client's next request (s).")
     think_law: Literal["fixed", "exponential"] = Field("fixed", description="Law of the think time.")
     runs: int = Field(
         1, gt=0, description="Closed loop: the requests are sent in this many back-to-back runs; each run the clients "
@@ -334,8 +335,9 @@ class Workload(Strict):
         "num_decode_tokens (Azure 2023 layout), optional cached_tokens and acceptance; or arrival_s, prompt_tokens, "
         "cached_tokens, output_tokens, acceptance.")
     time_scale: PositiveFloat = Field(1.0, description="Trace: arrival times multiplied by this (<1: more load).")
-    turn_tokens: int = Field(2000, gt=0, description="Agent: new prompt tokens per turn (tool output, user text).")
-    turns: int = Field(8, gt=0, description="Agent: turns per session.")
+    turn_tokens: int = Field(
+        2000, gt=0, le=10_000_000, description="Agent: new prompt tokens per turn (tool output, user text).")
+    turns: int = Field(8, gt=0, le=1_000_000, description="Agent: turns per session.")
 
 
 class Admission(Strict):
@@ -366,8 +368,8 @@ class Serve(Strict):
     max_tokens: int | None = Field(
         None, gt=0, le=10_000_000, description="Generation cap; a request that reaches it ends 'length'.")
     request_overhead_s: float = Field(
-        0.0, ge=0, description="Client, HTTP and tokenizer time before a request reaches the engine queue (s); part "
-        "of TTFT, not GPU time.")
+        0.0, ge=0, le=1e9, description="Client, HTTP and tokenizer time before a request reaches the engine queue "
+        "(s); part of TTFT, not GPU time.")
     workload: Workload = Workload()
     admission: Admission = Admission()
     fidelity: Literal["counts", "lookups"] = Field(
@@ -500,7 +502,11 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
         per_run = -(-s.serve.requests // min(w.runs, s.serve.requests))  # the largest run
         if w.kind in ("closed", "agent") and w.clients > per_run:
             errs.append(("serve.workload.clients", w.clients, f"at most the requests of a run ({s.serve.requests} "
-                         f"requests in {w.runs} runs: {per_run}); more clients would never send anything"))
+                         f"requests in {w.runs} runs: {per_run}); more clients would never send anything (fewer "
+                         "serve.workload.runs or more serve.requests)"))
+        if s.serve.fidelity == "lookups" and s.machines.get(s.serve.machine) is not None and \
+                s.machines[s.serve.machine].engine is not None and s.machines[s.serve.machine].engine.batching:
+            errs.append(("serve.fidelity", "lookups", "counts with engine.batching (a batch step samples counts)"))
         if w.kind == "trace" and w.trace is None:
             errs.append(("serve.workload.trace", None, "a trace CSV path for a trace workload"))
         if s.serve.output_tokens_max < s.serve.output_tokens_min:

@@ -103,8 +103,8 @@ def agent_contexts(out: np.ndarray, client: np.ndarray, turns: int, turn_tokens:
         if turn_of[c] % turns == 0:
             context[c] = 0
         new = turn_tokens + (first_prompt if turn_of[c] % turns == 0 else 0)
-        cached[i] = context[c]
-        prompt[i] = context[c] + new
+        cached[i] = max(min(context[c], MAX_TOKENS - new), 0)  # a conversation longer than a prompt keeps its tail
+        prompt[i] = cached[i] + new
         context[c] = prompt[i] + out[i]
         turn_of[c] += 1
     return prompt, cached

@@ -211,9 +211,9 @@ def test_continuous_batching_serves_the_union_of_experts():
         law = step_law(eng.popularity, eng.resident, None, 0.0,
                        k * draws_per_step(eng.moe.top_k, positions, 0.0), eng.tier, eng.peers + 2, eng.peers)
         expected = law.resident_mean.sum() + law.missed_mean.sum()
-        _, routed = sampler.sample(k, 4000)
-        assert routed.mean() == pytest.approx(expected, rel=0.01)
-    one, four = (sampler.sample(k, 4000)[1].mean() for k in (1, 4))
+        _, experts = sampler.sample(k, 4000)
+        assert experts["routed"].mean() == pytest.approx(expected, rel=0.01)
+    one, four = (sampler.sample(k, 4000)[1]["routed"].mean() for k in (1, 4))
     assert one < four < 4 * one
 
 
@@ -223,3 +223,32 @@ def test_more_clients_than_a_run_has_requests_is_an_error():
     with pytest.raises(ScenarioError, match="serve.workload.clients"):
         load_scenario_small(serve__workload__kind="closed", serve__workload__clients=40, serve__requests=60,
                             serve__workload__runs=2)
+
+
+def test_batching_keeps_the_tier_telemetry_of_the_plain_engine():
+    """A batch of one serves what one slot serves: the same share of experts off the engine GPU (peers, host)."""
+    one = {"serve__workload__kind": "closed", "serve__workload__clients": 2, "serve__requests": 200}
+    plain = serve_metrics(*serve(load_scenario_small(**one), np.random.default_rng(8)))
+    batch = serve_metrics(*serve(load_scenario_small(**one, machines__server__engine__batching=True),
+                                 np.random.default_rng(8)))
+    assert plain["offload_share"] > 0.01
+    assert batch["offload_share"] == pytest.approx(plain["offload_share"], rel=0.15)
+
+
+def test_decode_of_a_long_request_does_not_depend_on_what_comes_before_it():
+    """A request longer than one sampling batch is decoded in pieces (eager state carried), wherever it sits."""
+    import sim.decode_batch as db
+    from sim.moe_serve import setup_engine
+
+    eng = setup_engine(load_scenario_small(), "server")
+    old = db.MAX_CELLS
+    try:
+        db.MAX_CELLS = 800  # 100 steps of 8 layers
+        tokens = np.array([5, 5000, 7])
+        d = db.decode_many(eng, tokens, np.full(3, np.nan), np.random.default_rng(0))
+        swapped = db.decode_many(eng, tokens[[1, 0, 2]], np.full(3, np.nan), np.random.default_rng(0))
+    finally:
+        db.MAX_CELLS = old
+    assert d["steps"][1] > 100
+    rate = tokens[1] / d["decode_s"][1]
+    assert rate == pytest.approx(tokens[1] / swapped["decode_s"][0], rel=0.05)

@@ -89,18 +89,11 @@ class BatchEngine(Engine):
             d[key] = np.zeros(len(steps))
         env.process(self._loop())
 
-    def _account(self) -> None:
-        now = self.env.now
-        dt = now - self.last
-        if dt > 0:
-            k = len(self.active)
-            if k:
-                self.tl.busy_s += dt
-                self.tl.slots_area += dt * k
-            self.tl.in_system_area += dt * self.in_system
-        self.last = now
+    def _progress(self, dt: float, k: int) -> None:  # the loop tracks the batch's progress itself
+        return
 
     def _start(self, i: int) -> None:
+        self.queued.discard(i)
         self.tl.start_s[i] = self.env.now
         self.active[i] = 0.0
         self.prefill_q.append(i)

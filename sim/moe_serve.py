@@ -1,10 +1,12 @@
-"""Serving an MoE model from an expert cache in VRAM: engine set-up (VRAM arithmetic, cache) and single-stream requests.
+"""Serving an MoE model from an expert cache in VRAM: engine set-up (VRAM arithmetic, cache, tiers on peer GPUs,
+host RAM and disk, driver paging, layer split), one request's decode, and the telemetry of a served workload.
 
-Requests are served one after another (a simpy process per request: prefill, then decode). A request's decode is
-advanced a chunk of verification steps at a time: the routing of every position of every step is sampled with numpy,
-the cache resolves hits, and :mod:`sim.stepcost` turns the distinct resident and missed experts of each step and
-layer into step times. Telemetry per request is what the engines print: hit rate over lookups, share of routed
-experts read over PCIe, decode tok/s.
+``serve`` builds the workload (:mod:`sim.workload`), samples every request's GPU work (:mod:`sim.decode_batch`,
+:mod:`sim.prefill`) and moves the requests through the engine (:mod:`sim.server`, :mod:`sim.batching`).
+``decode_request`` decodes one request a chunk of verification steps at a time, by counts or by sampling every
+lookup (the reference the vectorised path is checked against); :mod:`sim.stepcost` turns the distinct resident and
+missed experts of each step and layer into step times. Telemetry per request is what the engines print: hit rate
+over lookups, share of routed experts read over PCIe, decode tok/s.
 """
 
 from __future__ import annotations

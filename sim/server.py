@@ -93,6 +93,7 @@ class Engine:
         self.queue_limit, self.timeout_s = queue_limit, timeout_s
         self.tl, self.done = tl, done
         self.queue: deque[int] = deque()
+        self.queued: set[int] = set()  # the queue's members, for cancellation checks in O(1)
         self.active: dict[int, float] = {}  # request -> GPU seconds still to do
         self.after_first = work.total_s - work.first_token_s  # GPU seconds left once the first token is out
         self.generation = 0
@@ -106,12 +107,16 @@ class Engine:
         if dt > 0:
             k = len(self.active)
             if k:
-                for i in self.active:
-                    self.active[i] -= dt / k
+                self._progress(dt, k)
                 self.tl.busy_s += dt
                 self.tl.slots_area += dt * k
             self.tl.in_system_area += dt * self.in_system
         self.last = now
+
+    def _progress(self, dt: float, k: int) -> None:
+        """Processor sharing: each of the ``k`` active slots did ``dt / k`` of its GPU work."""
+        for i in self.active:
+            self.active[i] -= dt / k
 
     def arrive(self, i: int) -> None:
         self._account()
@@ -127,18 +132,21 @@ class Engine:
             return
         self.in_system += 1
         self.queue.append(i)
+        self.queued.add(i)
         tl.peak_queue = max(tl.peak_queue, len(self.queue))
         if self.timeout_s is not None:
             self.env.timeout(self.timeout_s).callbacks.append(lambda _ev, i=i: self._cancel(i))
 
     def _cancel(self, i: int) -> None:
-        if i in self.queue:
+        if i in self.queued:
             self._account()
+            self.queued.discard(i)
             self.queue.remove(i)
             self.in_system -= 1
             self._finish(i, "cancelled")
 
     def _start(self, i: int) -> None:
+        self.queued.discard(i)
         self.tl.start_s[i] = self.env.now
         self.active[i] = float(self.work.total_s[i])
 

@@ -199,6 +199,41 @@ def fit_moe(scenario: str, tables_dir: str, requests: int, max_evals: int, seed:
                if as_json else text, nl=False)
 
 
+@main.command("logs")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--csv", "as_csv", is_flag=True, help="Print one CSV row per request or statistics line.")
+@click.option("--json", "as_json", is_flag=True, help="Print rows, start-up facts and counts as JSON.")
+@user_errors
+def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
+    """Read engine logs (Basalt, Strata, llama.cpp, vLLM) into a table; a summary by default."""
+    import csv
+    import io
+
+    from .logs import ROW_FIELDS, read_logs, summary_lines
+    from .output import dumps
+
+    sources = []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                sources.append((path, fh.read().splitlines()))
+        except OSError as exc:
+            raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
+    table = read_logs(sources)
+    if as_json:
+        click.echo(dumps({"rows": table.rows, "facts": table.facts, "lines": table.lines,
+                          "not_understood": table.not_understood, "incomplete": table.incomplete,
+                          "examples": [{"file": f, "line": n, "text": t} for f, n, t in table.examples]}), nl=False)
+    elif as_csv:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=ROW_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table.rows)
+        click.echo(buf.getvalue(), nl=False)
+    else:
+        click.echo("\n".join(summary_lines(table)))
+
+
 @main.command("fit-basalt")
 @click.option("--three-gpu", "three_gpu", type=click.Path(dir_okay=False), default="scenarios/basalt_3gpu.yaml",
               show_default=True, help="The 3-GPU scenario (prefill, routing, decode).")

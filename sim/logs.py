@@ -40,7 +40,8 @@ BASALT_DONE = re.compile(
     rf"(?:\s+acc\s*=\s*(?P<acc>{NUM})\s*%)?\s+ttft\s*=\s*(?P<ttft>{NUM})\s*s\s+end\s*=\s*(?P<end>\w+)"
     rf"(?:\s+hit\s*=\s*(?P<hit>{NUM})\s*%)?(?:\s+pcie\s*=\s*(?P<pcie>{NUM})\s*%)?")
 BASALT_READ = re.compile(r"\bs\d+\s+read\b")
-BASALT_LOADED = re.compile(rf"\bloaded\s+(?P<gib>{NUM})\s*GiB\s+(?P<s>{NUM})\s*s(?P<rest>(?:\s+[\w-]+=\s*{NUM}\s*GiB)+)")
+BASALT_LOADED = re.compile(
+    rf"\bloaded\s+(?P<gib>{NUM})\s*GiB\s+(?P<s>{NUM})\s*s(?P<rest>(?:\s+[\w-]+=\s*{NUM}\s*GiB)+)")
 BASALT_AUTO = re.compile(rf"\bauto\s+resident\s*=\s*(?P<gb>{NUM})\s*GB\s+pool\s*=\s*(?P<pool>\d+)")
 STRATA_PROMPT = re.compile(
     rf"strata serve:\s+prompt\s+(?P<prompt>\d+)\s+tokens\s*=\s*(?P<reused>\d+)\s+reused\s*\+\s*(?P<read>\d+)\s+read"

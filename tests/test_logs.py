@@ -122,7 +122,8 @@ def test_llama_server_generations_and_locales():
         "tokens per second)\x1b[0m",
         "common_perf_print:        eval time =    4852.86 ms /   511 runs   (    9.50 ms per token,   105.30 tokens per"
         " second)",
-        "common_perf_print: unaccounted time =       3.18 ms /   0.1 %      (total - sampling - peval - eval) / (total)",
+        "common_perf_print: unaccounted time =       3.18 ms /   0.1 %      (total - sampling - peval - eval) / "
+        "(total)",
         "common_perf_print:       total time =    4944.28 ms /   520 tokens",
         "llama_print_timings:       total time = 25431.49 ms",
     ]

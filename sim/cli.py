@@ -234,6 +234,40 @@ def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
         click.echo("\n".join(summary_lines(table)))
 
 
+@main.command("validate")
+@click.option("--root", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="Project root holding scenarios/ and calibration/.")
+@click.option("--only", "groups", multiple=True, type=click.Choice(["loading", "strata", "concurrency", "basalt"]),
+              help="Check only these groups (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the cells as JSON.")
+@user_errors
+def validate(root: str, groups: tuple[str, ...], as_json: bool) -> None:
+    """Every shipped measured table against its scenario: measured, simulated, error, tolerance per cell. Exits 1
+    when any claimed cell is outside its tolerance."""
+    from .output import dumps
+    from .validate import NOT_CHECKED
+    from .validate import validate as run_validate
+
+    cells = run_validate(root, list(groups) or None)
+    outside = [c for c in cells if c.status == "OUTSIDE"]
+    if as_json:
+        click.echo(dumps({"cells": [c.as_dict() for c in cells], "outside": len(outside),
+                          "not_checked": NOT_CHECKED}), nl=False)
+    else:
+        for c in cells:
+            unit = "%" if c.kind != "share" else " pts"
+            err = c.error * 100
+            note = f"  {c.info}" if c.info else ""
+            click.echo(f"{c.status:<8}{c.table:<28}{c.cell:<48}{c.measured:>12.4g}{c.simulated:>12.4g}"
+                       f"{err:>+9.1f}{unit} (tolerance {c.tolerance * 100:g}{unit}){note}")
+        for name, why in NOT_CHECKED.items():
+            click.echo(f"{'-':<8}{name:<28}{why}")
+        click.echo(f"{len(cells)} cells: {sum(c.status == 'ok' for c in cells)} ok, {len(outside)} outside, "
+                   f"{sum(c.status == 'info' for c in cells)} reported only")
+    if outside:
+        sys.exit(1)
+
+
 @main.command("fit-basalt")
 @click.option("--three-gpu", "three_gpu", type=click.Path(dir_okay=False), default="scenarios/basalt_3gpu.yaml",
               show_default=True, help="The 3-GPU scenario (prefill, routing, decode).")

@@ -75,10 +75,14 @@ def main() -> None:
 @main.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @common_options
+@click.option("--uncertainty", type=click.IntRange(min=2, max=10_000), default=None, metavar="N",
+              help="Run N times with parameters drawn from the scenario's `sim calibrate` covariance; print each "
+              "metric as a median with a 90% interval.")
 @user_errors
-def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, overrides: tuple[str, ...]) -> None:
+def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, overrides: tuple[str, ...],
+        uncertainty: int | None) -> None:
     """Simulate SCENARIO: each machine's load of the model, then every job's dispatch and run."""
-    from .output import dumps, write_outputs
+    from .output import atomic_write_text, dumps, write_outputs
     from .report import run_text
     from .runner import run as run_scenario
     from .runner import summary, tables
@@ -86,6 +90,21 @@ def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, ove
 
     scn, _ = load_scenario(scenario, overrides)
     seed = scn.seed if seed is None else seed
+    if uncertainty is not None:
+        from .uncertainty import run_with_uncertainty
+
+        result = run_with_uncertainty(scenario, list(overrides), uncertainty, seed)
+        if out_dir:
+            atomic_write_text(os.path.join(out_dir, "uncertainty.json"), dumps(result))
+        if as_json:
+            click.echo(dumps(result), nl=False)
+            return
+        click.echo(f"{uncertainty} runs, parameters drawn from their fitted distribution: "
+                   f"{', '.join(result['parameters'])}")
+        for key, v in result["metrics"].items():
+            if v["p5"] != v["p95"]:
+                click.echo(f"  {key:<40} {v['median']:>12.5g}  [{v['p5']:.5g}, {v['p95']:.5g}]")
+        return
     res = run_scenario(scn, seed)
     summ = summary(res, scenario)
     if out_dir:
@@ -232,6 +251,44 @@ def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
         click.echo(buf.getvalue(), nl=False)
     else:
         click.echo("\n".join(summary_lines(table)))
+
+
+@main.command("calibrate")
+@click.option("--scenario", "scenario", required=True, type=click.Path(dir_okay=False),
+              help="Scenario whose calibrate.free parameters are fitted.")
+@click.option("--log", "logs", multiple=True, type=click.Path(dir_okay=False), help="Engine log (repeatable).")
+@click.option("--table", "tables", multiple=True, type=click.Path(dir_okay=False),
+              help="CSV of requests with log-row columns (repeatable).")
+@click.option("--set", "overrides", multiple=True, help="dotted.path=value, applied before fitting (repeatable).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Common random numbers.")
+@click.option("--max-evals", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Simulations the search may run.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), required=True,
+              help="Calibration YAML to write; report.md and a plot go beside it.")
+@user_errors
+def calibrate(scenario: str, logs: tuple[str, ...], tables: tuple[str, ...], overrides: tuple[str, ...], seed: int,
+              max_evals: int, out_file: str) -> None:
+    """Fit SCENARIO's declared free parameters to the requests of engine logs and request tables."""
+    from .calibrate import calibrate as run_calibrate
+    from .calibrate import calibration_yaml, plot_residuals, report_markdown
+    from .output import atomic_write_text
+
+    if not logs and not tables:
+        raise click.UsageError("give at least one --log or --table")
+    res = run_calibrate(scenario, list(logs), list(tables), seed, list(overrides), max_evals)
+    command = " ".join(["sim calibrate --scenario", scenario, *(f"--log {x}" for x in logs),
+                        *(f"--table {x}" for x in tables), *(f"--set {x}" for x in overrides),
+                        f"--seed {seed} --max-evals {max_evals} --out {out_file}"])
+    stem = os.path.splitext(out_file)[0]
+    plot = stem + "_plot.png"
+    plot_residuals(res, plot)
+    atomic_write_text(stem + "_report.md", report_markdown(res, command, plot))
+    atomic_write_text(out_file, calibration_yaml(res, command))
+    for w in res.warnings:
+        click.echo(f"sim: warning: {w}", err=True)
+    for name, value in res.parameters.items():
+        click.echo(f"{name} = {value:.6g} (relative standard error {res.log_sd[name]:.1%})")
+    click.echo(f"{len(res.residuals)} observations, {res.evaluations} simulations; report {stem}_report.md")
 
 
 @main.command("validate")

@@ -376,6 +376,20 @@ class Serve(Strict):
         "counts", description="counts: sample distinct experts per layer-step (fast); lookups: every expert lookup.")
 
 
+class FreeParameter(Strict):
+    """A parameter `sim calibrate` may move, searched in log space between its bounds."""
+
+    lo: PositiveFloat = Field(description="Lowest value (the parameter's unit).")
+    hi: PositiveFloat = Field(description="Highest value.")
+    start: PositiveFloat | None = Field(None, description="Starting value (default: the scenario's own value).")
+
+
+class Calibrate(Strict):
+    """What `sim calibrate` fits: dotted paths of this scenario and their bounds."""
+
+    free: dict[str, FreeParameter] = Field(default_factory=dict)
+
+
 class Report(Strict):
     load_model: str | None = Field(None, description="Model whose cold/hot/link load each machine reports.")
 
@@ -395,6 +409,7 @@ class Scenario(Strict):
     dispatch: Dispatch = Dispatch()
     jobs: dict[str, Job] = Field(default_factory=dict)
     serve: Serve | None = None
+    calibrate: Calibrate = Calibrate()
     report: Report = Report()
 
 

@@ -260,8 +260,12 @@ def plot_residuals(res: CalibrationResult, path: str) -> None:
         pts = [(r["measured"], r["simulated"]) for r in res.residuals if r["observable"] == key]
         x, y = np.array(pts).T
         ax.scatter(x, y, s=14)
-        top = float(np.nanmax([x.max(), y.max()])) * 1.05
-        ax.plot([0, top], [0, top], color="grey", lw=0.8)
+        both = np.concatenate([x, y])
+        low, top = float(np.nanmin(both)), float(np.nanmax(both))
+        pad = (top - low) * 0.05 or abs(top) * 0.05 or 1.0
+        ax.plot([low - pad, top + pad], [low - pad, top + pad], color="grey", lw=0.8)
+        ax.set_xlim(low - pad, top + pad)
+        ax.set_ylim(low - pad, top + pad)
         ax.set_title(key)
         ax.set_xlabel("measured")
         ax.set_ylabel("simulated")

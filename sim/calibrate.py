@@ -62,18 +62,11 @@ def _num(value) -> float | None:
 
 
 def observations(logs: list[str], tables: list[str]) -> list[Observation]:
-    from .logs import read_logs
+    from .logs import log_sources, read_logs
 
     rows: list[tuple[str, dict]] = []
     if logs:
-        sources = []
-        for path in logs:
-            try:
-                with open(path, encoding="utf-8", errors="replace") as fh:
-                    sources.append((path, fh.read().splitlines()))
-            except OSError as exc:
-                raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
-        rows += [(r["line"], r) for r in read_logs(sources).rows]
+        rows += [(r["line"], r) for r in read_logs(log_sources(logs)).rows]
     for path in tables:
         _, table = read_measured(path)
         rows += [(f"{path}:{i + 2}", r) for i, r in enumerate(table)]

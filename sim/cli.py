@@ -228,17 +228,10 @@ def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
     import csv
     import io
 
-    from .logs import ROW_FIELDS, read_logs, summary_lines
+    from .logs import ROW_FIELDS, log_sources, read_logs, summary_lines
     from .output import dumps
 
-    sources = []
-    for path in files:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                sources.append((path, fh.read().splitlines()))
-        except OSError as exc:
-            raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
-    table = read_logs(sources)
+    table = read_logs(log_sources(files))
     if as_json:
         click.echo(dumps({"rows": table.rows, "facts": table.facts, "lines": table.lines,
                           "not_understood": table.not_understood, "incomplete": table.incomplete,

@@ -260,6 +260,20 @@ class _Reader:
         return understood or bool(LLAMA_OTHER.search(text)) or bool(LLAMA_CHATTER.search(text))
 
 
+def log_sources(paths: Iterable[str]) -> list[tuple[str, list[str]]]:
+    """The lines of each log file (undecodable bytes replaced); an unreadable file is a one-line ScenarioError."""
+    from .errors import ScenarioError
+
+    sources = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                sources.append((path, fh.read().splitlines()))
+        except OSError as exc:
+            raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
+    return sources
+
+
 def read_logs(sources: Iterable[tuple[str, Iterable[str]]]) -> LogTable:
     """Parse (name, lines) sources; every line is read, whatever it holds."""
     table = LogTable()

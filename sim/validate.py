@@ -114,8 +114,9 @@ def concurrency_cells(root: str) -> list[Cell]:
     return cells
 
 
-def _basalt_run(path: str, *sets: str, requests: int = 40, prompt: int = 26, output: int = 512,
-                acceptance: float | None = None) -> dict:
+def basalt_run(path: str, *sets: str, requests: int = 40, prompt: int = 26, output: int = 512,
+               acceptance: float | None = None) -> dict:
+    """Metrics of ``requests`` sequential requests of fixed lengths on a Basalt scenario (seed ``SEED``)."""
     from .moe_serve import serve, serve_metrics
     from .scenario import load_scenario
 
@@ -133,17 +134,17 @@ def basalt_cells(root: str) -> list[Cell]:
     cal = os.path.join(root, "calibration")
     main = {r["quantity"]: r["value"] for r in read_measured(os.path.join(cal, "basalt_3gpu.csv"))[1]}
     cells = []
-    m = _basalt_run(three, acceptance=0.885)  # the bench's acceptance is not reported; see README
+    m = basalt_run(three, acceptance=0.885)  # the bench's acceptance is not reported; see README
     cells.append(Cell("basalt_3gpu.csv", "bench_decode (acceptance 88.5% assumed)", float(main["bench_decode"]),
                       m["decode_tok_s"], 0.15))
     for gpu, key in (("gpu0", "vram_used_5090"), ("gpu1", "vram_used_5080"), ("gpu2", "vram_used_5060ti")):
         cells.append(Cell("basalt_3gpu.csv", f"{key} MiB", float(main[key]), m[f"vram.{gpu}.used_mib"], 0.001))
-    m = _basalt_run(three, requests=3, prompt=16384, output=1)
+    m = basalt_run(three, requests=3, prompt=16384, output=1)
     cells.append(Cell("basalt_3gpu.csv", "bench_prefill_16k_cold", float(main["bench_prefill_16k_cold"]),
                       m["prefill_tok_s"], 0.15))
     for row in read_measured(os.path.join(cal, "basalt_context_sweep.csv"))[1]:
         acc = (float(row["acceptance_min_pct"]) + float(row["acceptance_max_pct"])) / 200
-        m = _basalt_run(three, requests=12, prompt=int(row["prompt_tokens"]), acceptance=acc)
+        m = basalt_run(three, requests=12, prompt=int(row["prompt_tokens"]), acceptance=acc)
         tier = row["tier"]
         cells.append(Cell("basalt_context_sweep.csv", f"{tier} prefill_tok_s_median",
                           float(row["prefill_tok_s_median"]), m["prefill_tok_s"], 0.10))
@@ -152,7 +153,7 @@ def basalt_cells(root: str) -> list[Cell]:
                               float(row[f"decode_{kind}_median"]), m["decode_tok_s_median"], 0.15))
     for row in read_measured(os.path.join(cal, "basalt_peer_reserve.csv"))[1]:
         reserve = int(row["peer_reserve_mib"])
-        m = _basalt_run(two, f"machines.basalt_box.engine.peers.gpu1.reserve_mib={reserve}", requests=20,
+        m = basalt_run(two, f"machines.basalt_box.engine.peers.gpu1.reserve_mib={reserve}", requests=20,
                         prompt=6867, output=200)
         values = _values(row["decode_tok_s_values"])
         cells.append(Cell("basalt_peer_reserve.csv", f"reserve {reserve} decode_tok_s", float(np.mean(values)),
@@ -171,7 +172,7 @@ def basalt_cells(root: str) -> list[Cell]:
         sets = placements.get(row["vision_placement"])
         if sets is None:
             continue
-        m = _basalt_run(two, *sets, requests=20, prompt=6867, output=200)
+        m = basalt_run(two, *sets, requests=20, prompt=6867, output=200)
         values = _values(row["decode_tok_s_values"])
         cells.append(Cell("basalt_vision_placement.csv", f"{row['vision_placement']} decode_tok_s",
                           float(np.mean(values)), m["decode_tok_s_median"], 0.25, "range", lo=min(values),

@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 from conftest import CALIBRATION, ROOT
 
-from sim.moe_serve import serve, serve_metrics, setup_engine
+from sim.moe_serve import serve, setup_engine
 from sim.scenario import load_scenario
 from sim.tables import read_measured
+from sim.validate import basalt_run
 
 THREE = os.path.join(ROOT, "scenarios", "basalt_3gpu.yaml")
 TWO = os.path.join(ROOT, "scenarios", "basalt_2gpu_vision.yaml")
 ENGINE = "machines.basalt_box.engine."
-SEED = 11  # not the fit's seed
+SEED = 11  # not the fit's seed (sim.validate.SEED)
 
 
 def table(name: str) -> list[dict]:
@@ -27,13 +28,7 @@ def quantity(rows: list[dict], name: str) -> str:
     return next(r["value"] for r in rows if r["quantity"] == name)
 
 
-def run(path: str, *sets: str, requests: int = 40, prompt: int = 26, output: int = 512, acceptance=None) -> dict:
-    over = ["serve.workload.kind=sequential", f"serve.requests={requests}", f"serve.prompt_tokens={prompt}",
-            f"serve.output_tokens_min={output}", f"serve.output_tokens_max={output}", *sets]
-    if acceptance is not None:
-        over.append(f"models.basalt_pack.moe.draft.acceptance={acceptance}")
-    scn, _ = load_scenario(path, over)
-    return serve_metrics(*serve(scn, np.random.default_rng(SEED)))
+run = basalt_run  # sequential requests of fixed lengths, seed 11 (as sim validate runs them)
 
 
 def test_placement_follows_the_start_up_arithmetic():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import tiny_scenario
+from test_moe_serve import moe_raw
 
 from sim.calibrate import Observation, calibrate, simulate
 from sim.cli import main
@@ -20,17 +20,10 @@ ENGINE = "machines.server.engine."
 
 
 def write_scenario(folder, dense_s: float, prefill_tok_s: float, calibrations=()) -> str:
-    raw = tiny_scenario()
-    raw["gpus"]["big"] = {"vram_gib": 16, "pcie_max_gen": 5}
-    raw["models"]["moe"] = {"weights_gib": 8, "moe": {
-        "layers": 8, "experts_per_layer": 64, "top_k": 4, "expert_mib": 1.0,
-        "routing": {"exponent": 1.1}, "draft": {"tokens": 2, "acceptance": 0.6, "head_mib": 100}}}
-    raw["machines"]["server"] = {"gpus": {"g0": {"type": "big", "slot_gen": 3, "reserved_gib": 15.5}}, "engine": {
-        "model": "moe", "gpu": "g0", "overhead_gib": 0.0, "cache_reserve_mib": 100, "prefill_tok_s": prefill_tok_s,
-        "step": {"dense_s": dense_s, "gpu_expert_s": 2e-6, "cpu_expert_s": 30e-6, "pcie_latency_s": 50e-6,
-                 "graph_break_s": 1e-3},
-        "power": {"idle_w": 30, "busy_w": 400, "stalled_w": 200}}}
-    raw["serve"] = {"machine": "server", "requests": 20, "output_tokens_min": 50, "output_tokens_max": 80}
+    raw = moe_raw()
+    engine = raw["machines"]["server"]["engine"]
+    engine["prefill_tok_s"] = prefill_tok_s
+    engine["step"]["dense_s"] = dense_s
     raw["calibrate"] = {"free": {ENGINE + "step.dense_s": {"lo": 1e-4, "hi": 0.1},
                                  ENGINE + "prefill_tok_s": {"lo": 50, "hi": 50000},
                                  ENGINE + "power.idle_w": {"lo": 1, "hi": 100}}}

@@ -51,6 +51,14 @@ def test_tokens_per_step_follow_the_acceptance():
 
 
 def moe_scenario(**over):
+    raw = moe_raw()
+    for path, value in over.items():
+        set_dotted(raw, path.replace("__", "."), value, "test")
+    return validate(raw, "test")
+
+
+def moe_raw() -> dict:
+    """A small MoE engine on a 16 GiB card of which 0.5 GiB is free (raw scenario mapping)."""
     raw = tiny_scenario()
     raw["gpus"]["big"] = {"vram_gib": 16, "pcie_max_gen": 5}
     raw["models"]["moe"] = {"weights_gib": 8, "moe": {
@@ -62,9 +70,7 @@ def moe_scenario(**over):
                  "graph_break_s": 1e-3},
         "power": {"idle_w": 30, "busy_w": 400, "stalled_w": 200}}}
     raw["serve"] = {"machine": "server", "requests": 20, "output_tokens_min": 50, "output_tokens_max": 80}
-    for path, value in over.items():
-        set_dotted(raw, path.replace("__", "."), value, "test")
-    return validate(raw, "test")
+    return raw
 
 
 def test_engine_sizes_its_cache_from_free_vram():

@@ -10,7 +10,7 @@ evaluation uses the same random numbers, so the objective is deterministic; Neld
 (whole verification steps and the eager switch make it piecewise flat at fine scales, which misleads gradients).
 
 Standard errors come from the Jacobian at the solution (log space: a parameter's ``log_sd`` is its relative
-uncertainty), scaled by the residual variance; a parameter whose column of the Jacobian is flat, or whose relative
+uncertainty), each observable's residuals weighted by their own RMS at the solution; a parameter whose column of the Jacobian is flat, or whose relative
 standard error exceeds 100%, is flagged: the data cannot pin it down. The calibration file keeps the log-space
 covariance, which ``sim run --uncertainty N`` samples from.
 """
@@ -186,11 +186,18 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
     res.x = best
     jac, r = res.jac, res.fun
     m, k = jac.shape
-    dof = max(m - k, 1)
-    s2 = float(r @ r) / dof
+    # each observable gets its own noise level (its residuals' RMS at the solution), so one the free parameters
+    # cannot fix (a hit rate when routing is held) neither inflates nor dominates the others' standard errors
+    kinds = [key for _, key, *_ in residuals(obs, simulate(scenario_at(best), obs, seed))]
+    scale = np.ones(m)
+    for kind in set(kinds):
+        rows_k = np.array([q == kind for q in kinds])
+        n_k = int(rows_k.sum())
+        scale[rows_k] = max(math.sqrt(float(r[rows_k] @ r[rows_k]) / max(n_k - k * n_k / m, 1.0)), 1e-6)
+    jw = jac / scale[:, None]
     warnings = []
     try:
-        cov = np.linalg.pinv(jac.T @ jac) * s2
+        cov = np.linalg.pinv(jw.T @ jw)
     except np.linalg.LinAlgError:
         cov = np.full((k, k), np.nan)
     col = np.linalg.norm(jac, axis=0)

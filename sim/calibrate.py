@@ -10,9 +10,9 @@ evaluation uses the same random numbers, so the objective is deterministic; Neld
 (whole verification steps and the eager switch make it piecewise flat at fine scales, which misleads gradients).
 
 Standard errors come from the Jacobian at the solution (log space: a parameter's ``log_sd`` is its relative
-uncertainty), each observable's residuals weighted by their own RMS at the solution; a parameter whose column of the Jacobian is flat, or whose relative
-standard error exceeds 100%, is flagged: the data cannot pin it down. The calibration file keeps the log-space
-covariance, which ``sim run --uncertainty N`` samples from.
+uncertainty), each observable's residuals weighted by their own RMS at the solution; a parameter whose column of the
+Jacobian is flat, or whose relative standard error exceeds 100%, is flagged: the data cannot pin it down. The
+calibration file keeps the log-space covariance, which ``sim run --uncertainty N`` samples from.
 """
 
 from __future__ import annotations

@@ -69,20 +69,26 @@ def observations(logs: list[str], tables: list[str]) -> list[Observation]:
         rows += [(r["line"], r) for r in read_logs(log_sources(logs)).rows]
     for path in tables:
         _, table = read_measured(path)
-        rows += [(f"{path}:{i + 2}", r) for i, r in enumerate(table)]
+        rows += [(f"{path} row {i + 1}", r) for i, r in enumerate(table)]
     out = []
     for where, r in rows:
         prompt, output = _num(r.get("prompt_tokens")), _num(r.get("output_tokens"))
         if prompt is None or output is None or output < 1:
             continue  # statistics lines and partial rows carry no request to replay
         measured = {k: v for k in (*RATES, *SHARES) if (v := _num(r.get(k))) is not None}
-        if (_num(r.get("cached_tokens")) or 0) >= prompt:
-            measured.pop("prefill_tok_s", None)
+        cached = _num(r.get("cached_tokens")) or 0
         acc = _num(r.get("acceptance"))
+        if prompt < 0 or cached < 0 or cached > prompt or (acc is not None and not 0 <= acc <= 1):
+            raise ScenarioError(where, "prompt_tokens" if prompt < 0 else "cached_tokens" if cached < 0 or
+                                cached > prompt else "acceptance",
+                                "prompt >= cached >= 0 tokens and an acceptance fraction in [0, 1]")
+        if cached >= prompt:
+            measured.pop("prefill_tok_s", None)
         out.append(Observation(where, int(prompt), int(_num(r.get("cached_tokens")) or 0), int(output),
                                float("nan") if acc is None else acc, measured))
-    if not out:
-        raise ScenarioError(", ".join([*logs, *tables]) or "(no input)", "", "no completed requests to fit to")
+    if not any(o.measured for o in out):
+        raise ScenarioError(", ".join([*logs, *tables]) or "(no input)", "", "completed requests with something "
+                            f"measured ({', '.join((*RATES, *SHARES))}) to fit to")
     return out
 
 
@@ -138,6 +144,8 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
     from scipy.optimize import least_squares, minimize
 
     base, raw = load_scenario(path, overrides or [])
+    if base.serve is None:
+        raise ScenarioError(path, "serve", "a serve section: sim calibrate replays the requests on its engine")
     free = base.calibrate.free
     if not free:
         raise ScenarioError(path, "calibrate.free", "a map of dotted.path: {lo, hi} naming what to fit")
@@ -150,7 +158,15 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
                                 "a start value")
         if fp.lo >= fp.hi:
             raise ScenarioError(path, f"calibrate.free.{name}.hi", f"more than lo ({fp.lo:g})")
+        if found and (isinstance(value, bool) or not isinstance(value, float | int) or value <= 0):
+            raise ScenarioError(path, f"calibrate.free.{name}", f"a path holding a positive number (it holds "
+                                f"{str(value)[:40]!r})")
         v = fp.start if fp.start is not None else float(value)
+        try:  # the search moves values continuously: a whole-number field cannot be free
+            load_scenario(path, [*(overrides or []), f"{name}={v * 1.0001:.8g}"])
+        except ScenarioError:
+            raise ScenarioError(path, f"calibrate.free.{name}", "a real-valued parameter (a fractional value is "
+                                "rejected here)") from None
         start.append(min(max(v, fp.lo), fp.hi))
     obs = observations(logs, tables)
     lo = np.log([free[n].lo for n in names])
@@ -182,7 +198,8 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
     found = minimize(robust, x0, method="Nelder-Mead",
                      options={"maxfev": max_evals, "xatol": 1e-3, "fatol": 1e-6, "adaptive": True})
     best = np.clip(found.x, lo, hi)
-    res = least_squares(fun, best, bounds=(lo - 1e-9, hi + 1e-9), diff_step=0.05, max_nfev=1)
+    res = least_squares(fun, best, bounds=(lo - 1e-9, hi + 1e-9), diff_step=0.05 / np.maximum(1.0, np.abs(best)),
+                        max_nfev=1)  # scipy's step is relative to |x|: this makes it 0.05 in log space
     res.x = best
     jac, r = res.jac, res.fun
     m, k = jac.shape
@@ -196,15 +213,26 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
         scale[rows_k] = max(math.sqrt(float(r[rows_k] @ r[rows_k]) / max(n_k - k * n_k / m, 1.0)), 1e-6)
     jw = jac / scale[:, None]
     warnings = []
-    try:
-        cov = np.linalg.pinv(jw.T @ jw)
-    except np.linalg.LinAlgError:
-        cov = np.full((k, k), np.nan)
-    col = np.linalg.norm(jac, axis=0)
+    if m < k:
+        warnings.append(f"{m} measured cells for {k} parameters: the fit is under-determined")
+    # covariance from the SVD: a direction the data do not constrain (a singular value under 1e-8 of the largest)
+    # has no finite variance, and every parameter along it gets an infinite standard error
+    _, sv, vt = np.linalg.svd(jw, full_matrices=False)
+    good = sv > 1e-8 * max(float(sv.max()) if sv.size else 0.0, 1e-300)
+    cov = (vt[good].T / sv[good] ** 2) @ vt[good]
+    blind = np.abs(vt[~good]).max(axis=0) > 1e-6 if (~good).any() else np.zeros(k, dtype=bool)
+    if m < k:
+        blind[:] = True
     sd = np.sqrt(np.clip(np.diag(cov), 0, None))
+    sd[blind] = np.inf
+    cov[blind, :] = np.nan
+    cov[:, blind] = np.nan
+    col = np.linalg.norm(jac, axis=0)
     for i, n in enumerate(names):
         if col[i] < 1e-6 * max(col.max(), 1e-300):
-            warnings.append(f"{n}: the observations do not depend on it (flat Jacobian); its value is the start")
+            warnings.append(f"{n}: the observations do not depend on it (flat Jacobian)")
+        elif blind[i]:
+            warnings.append(f"{n}: only a combination with other parameters is pinned down (no standard error)")
         elif sd[i] > 1.0:
             warnings.append(f"{n}: not pinned down by these observations (relative standard error {sd[i]:.0%})")
         if abs(res.x[i] - lo[i]) < 1e-6 or abs(res.x[i] - hi[i]) < 1e-6:

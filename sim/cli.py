@@ -100,7 +100,8 @@ def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, ove
             click.echo(dumps(result), nl=False)
             return
         click.echo(f"{uncertainty} runs, parameters drawn from their fitted distribution: "
-                   f"{', '.join(result['parameters'])}")
+                   f"{', '.join(result['parameters'])}" + (f"; held (no standard error, or --set): "
+                                                          f"{', '.join(result['held'])}" if result["held"] else ""))
         for key, v in result["metrics"].items():
             if v["p5"] != v["p95"]:
                 click.echo(f"  {key:<40} {v['median']:>12.5g}  [{v['p5']:.5g}, {v['p95']:.5g}]")

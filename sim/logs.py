@@ -31,7 +31,7 @@ ROW_FIELDS = ("engine", "line", "prompt_tokens", "cached_tokens", "prefill_s", "
               "decode_s", "decode_tok_s", "ttft_s", "acceptance", "expert_hit_rate", "pcie_share", "end_reason",
               "prompt_throughput_tok_s", "generation_throughput_tok_s", "running", "waiting", "kv_usage",
               "prefix_hit_rate")
-NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 EXAMPLES = 5
 
 BASALT_DONE = re.compile(
@@ -57,7 +57,7 @@ STRATA_SLOTS = re.compile(rf"expert cache auto:\s*(?P<free>{NUM})\s*GiB free,\s*
 STRATA_PROBE = re.compile(rf"PCIe probe:\s*(?P<gbps>{NUM})\s*GB/s")
 LNUM = r"\d+(?:[.,]\d+)?|[-+]?nan|inf"  # llama.cpp prints %.2f, with a decimal comma in some locales
 LLAMA_PROMPT = re.compile(
-    rf"(?:prompt eval|peval) time\s*=\s*(?P<ms>{LNUM})\s*ms\s*/\s*(?P<n>\d+)\s*(?:tokens|runs)"
+    rf"(?:prompt\s+eval|peval) time\s*=\s*(?P<ms>{LNUM})\s*ms\s*/\s*(?P<n>\d+)\s*(?:tokens|runs)"
     rf"(?:\s*\(\s*(?P<per>{LNUM})\s*ms per (?:token|run),?\s*(?:(?P<rate>{LNUM})\s*tokens per second)?\s*\))?")
 LLAMA_EVAL = re.compile(
     rf"(?<![\w])(?:generation )?eval time\s*=\s*(?P<ms>{LNUM})\s*ms\s*/\s*(?P<n>\d+)\s*(?:tokens|runs)"
@@ -144,6 +144,28 @@ class _Reader:
             b["ttft_s"] = b["prefill_s"]
         self.t.rows.append(b)
 
+    def _strata_prompt(self, m: re.Match, where: str) -> None:
+        if self.strata is not None:
+            self.t.incomplete += 1
+        out, decode_ms = int(m["out"]), _f(m["decode_ms"])
+        read, prefill_ms = int(m["read"]), _f(m["prefill_ms"])
+        self.strata = _row("strata", where, prompt_tokens=int(m["prompt"]), cached_tokens=int(m["reused"]),
+                           prefill_s=None if prefill_ms is None else prefill_ms / 1000,
+                           prefill_tok_s=read / (prefill_ms / 1000) if prefill_ms else None, output_tokens=out,
+                           decode_s=None if decode_ms is None else decode_ms / 1000, decode_tok_s=_f(m["rate"]),
+                           ttft_s=None if prefill_ms is None else prefill_ms / 1000,
+                           acceptance=None if m["acc"] is None else _f(m["acc"]) / 100)
+
+    def _strata_hit(self, m: re.Match) -> None:
+        if self.strata is None:
+            self.t.incomplete += 1
+            return
+        row, self.strata = self.strata, None
+        hit = _f(m["hit"])
+        row["expert_hit_rate"] = None if hit is None else hit / 100
+        row["pcie_share"] = None if m["pcie"] is None or _f(m["pcie"]) is None else _f(m["pcie"]) / 100
+        self.t.rows.append(row)
+
     def line(self, text: str, where: str) -> bool:
         """Read one line; True when something in it was understood."""
         found = False
@@ -165,28 +187,14 @@ class _Reader:
             self.t.facts.append({"engine": "basalt", "line": where, "kind": "auto", "resident_gb": _f(m["gb"]),
                                  "pool": int(m["pool"])})
             return True
-        m = STRATA_PROMPT.search(text)
-        if m:
-            if self.strata is not None:
-                self.t.incomplete += 1
-            out, decode_ms = int(m["out"]), _f(m["decode_ms"])
-            read, prefill_ms = int(m["read"]), _f(m["prefill_ms"])
-            self.strata = _row("strata", where, prompt_tokens=int(m["prompt"]), cached_tokens=int(m["reused"]),
-                               prefill_s=None if prefill_ms is None else prefill_ms / 1000,
-                               prefill_tok_s=read / (prefill_ms / 1000) if prefill_ms else None, output_tokens=out,
-                               decode_s=None if decode_ms is None else decode_ms / 1000, decode_tok_s=_f(m["rate"]),
-                               ttft_s=None if prefill_ms is None else prefill_ms / 1000,
-                               acceptance=None if m["acc"] is None else _f(m["acc"]) / 100)
-            return True
-        m = STRATA_HIT.search(text)
-        if m:
-            if self.strata is None:
-                self.t.incomplete += 1
-                return True
-            row, self.strata = self.strata, None
-            row["expert_hit_rate"] = _f(m["hit"]) / 100 if _f(m["hit"]) is not None else None
-            row["pcie_share"] = None if m["pcie"] is None else _f(m["pcie"]) / 100
-            self.t.rows.append(row)
+        strata = sorted([(m.start(), "prompt", m) for m in STRATA_PROMPT.finditer(text)]
+                        + [(m.start(), "hit", m) for m in STRATA_HIT.finditer(text)], key=lambda e: e[0])
+        for _, kind, m in strata:  # request summaries, in order (both halves may share a line)
+            if kind == "prompt":
+                self._strata_prompt(m, where)
+            else:
+                self._strata_hit(m)
+        if strata:
             return True
         if STRATA_START.search(text):
             m = STRATA_SLOTS.search(text)
@@ -199,15 +207,18 @@ class _Reader:
                 self.t.facts.append({"engine": "strata", "line": where, "kind": "pcie_probe",
                                      "gbps": _f(m["gbps"])})
             return True
-        if VLLM_STATS.search(text):
+        starts = [m.start() for m in VLLM_STATS.finditer(text)]
+        for j, at in enumerate(starts):  # one row per statistics entry, even two on one line
+            segment = text[at:starts[j + 1] if j + 1 < len(starts) else len(text)]
             values: dict = {}
             for key, rx in VLLM_FIELDS.items():
-                m = rx.search(text)
+                m = rx.search(segment)
                 if m is not None:
                     v = _f(m["v"])
                     values[key] = v / 100 if key in VLLM_PERCENT and v is not None else (
                         int(m["v"]) if key in ("running", "waiting") else v)
             self.t.rows.append(_row("vllm", where, **values))
+        if starts:
             return True
         m = VLLM_PREFIX_LINE.search(text)  # v0 prints the prefix-cache hit rate on a line of its own
         if m:
@@ -223,41 +234,45 @@ class _Reader:
         return self._llama(text, where)
 
     def _llama(self, text: str, where: str) -> bool:
-        m = LLAMA_DRAFT.search(text)
-        if m:
-            rate = _f(m["rate"])
-            last = self.t.rows[-1] if self.t.rows else None
-            if self.llama is None and last is not None and last["engine"] == "llama.cpp" \
-                    and last["acceptance"] is None:
-                last["acceptance"] = rate  # printed after the block's total time
-            else:
-                self.draft = rate
-            return True
-        if LLAMA_SLOT.search(text):  # a block's prefix on a line of its own: the next block starts
-            self.flush_llama()
-            return True
-        understood = False
-        for m in LLAMA_PROMPT.finditer(text):
-            if self.llama is not None and self.llama.get("prompt_tokens") is not None:
+        """llama.cpp timing lines; several on one line are taken in order of position."""
+        prompts = list(LLAMA_PROMPT.finditer(text))
+        spans = [(m.start(), m.end()) for m in prompts]
+        events = [(m.start(), "prompt", m) for m in prompts]
+        events += [(m.start(), "eval", m) for m in LLAMA_EVAL.finditer(text)
+                   if not any(a <= m.start() < b for a, b in spans)]  # the tail of a "prompt eval time"
+        events += [(m.start(), "total", m) for m in LLAMA_TOTAL.finditer(text)]
+        events += [(m.start(), "draft", m) for m in LLAMA_DRAFT.finditer(text)]
+        if not events:
+            if LLAMA_SLOT.search(text):  # a block's prefix on a line of its own: the next block starts
                 self.flush_llama()
-            ms = _f(m["ms"])
-            self.llama = self.llama or _row("llama.cpp", where)
-            self.llama.update(prompt_tokens=int(m["n"]), prefill_s=None if ms is None else ms / 1000,
-                              prefill_tok_s=_f(m["rate"]))
-            understood = True
-        for m in LLAMA_EVAL.finditer(text):
-            if text[max(0, m.start() - 7):m.start()].rstrip().endswith("prompt"):
-                continue  # "prompt eval time" seen above
-            ms = _f(m["ms"])
-            self.llama = self.llama or _row("llama.cpp", where)
-            self.llama.update(output_tokens=int(m["n"]), decode_s=None if ms is None else ms / 1000,
-                              decode_tok_s=_f(m["rate"]))
-            understood = True
-        m = LLAMA_TOTAL.search(text)
-        if m:
-            self.flush_llama()
-            return True
-        return understood or bool(LLAMA_OTHER.search(text)) or bool(LLAMA_CHATTER.search(text))
+                return True
+            return bool(LLAMA_OTHER.search(text)) or bool(LLAMA_CHATTER.search(text))
+        for _, kind, m in sorted(events, key=lambda e: e[0]):
+            if kind == "draft":
+                rate = _f(m["rate"])
+                last = self.t.rows[-1] if self.t.rows else None
+                if self.llama is None and last is not None and last["engine"] == "llama.cpp" \
+                        and last["acceptance"] is None:
+                    last["acceptance"] = rate  # printed after the block's total time
+                else:
+                    self.draft = rate
+            elif kind == "total":
+                self.flush_llama()
+            elif kind == "prompt":
+                if self.llama is not None and self.llama.get("prompt_tokens") is not None:
+                    self.flush_llama()
+                ms, n = _f(m["ms"]), int(m["n"])
+                self.llama = self.llama or _row("llama.cpp", where)
+                rate = _f(m["rate"])
+                self.llama.update(prompt_tokens=n, prefill_s=None if ms is None else ms / 1000,
+                                  prefill_tok_s=rate if rate is not None else (n / (ms / 1000) if ms else None))
+            else:
+                ms, n = _f(m["ms"]), int(m["n"])
+                self.llama = self.llama or _row("llama.cpp", where)
+                rate = _f(m["rate"])
+                self.llama.update(output_tokens=n, decode_s=None if ms is None else ms / 1000,
+                                  decode_tok_s=rate if rate is not None else (n / (ms / 1000) if ms else None))
+        return True
 
 
 def log_sources(paths: Iterable[str]) -> list[tuple[str, list[str]]]:

@@ -15,6 +15,8 @@ def read_measured(path: str) -> tuple[list[str], list[dict[str, str]]]:
             lines = fh.read().splitlines()
     except OSError as exc:
         raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(path, "", f"not UTF-8 text (byte {exc.start})") from None
     provenance = [ln[1:].strip() for ln in lines if ln.startswith("#")]
     body = [ln for ln in lines if ln.strip() and not ln.startswith("#")]
     if not body:

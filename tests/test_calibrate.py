@@ -84,3 +84,41 @@ def test_calibrate_cli_writes_calibration_report_and_plot_and_uncertainty_sample
     assert d["p5"] <= d["median"] <= d["p95"] and d["p5"] < d["p95"]
     plain = CliRunner().invoke(main, ["run", write_scenario(folder, 1e-3, 500.0), "--uncertainty", "3"])
     assert plain.exit_code == 2 and "sim calibrate" in plain.output  # nothing to draw from: one-line error
+
+
+def test_bad_calibration_inputs_are_one_line_errors(synthetic, tmp_path):
+    from sim.errors import ScenarioError
+    from sim.uncertainty import calibrated_parameters
+
+    folder, scenario, table = synthetic
+    empty = tmp_path / "empty.csv"
+    empty.write_text("prompt_tokens,output_tokens\n100,10\n")
+    with pytest.raises(ScenarioError, match="something measured"):
+        calibrate(scenario, [], [str(empty)])
+    bad = tmp_path / "bad.csv"
+    bad.write_text("prompt_tokens,cached_tokens,output_tokens,decode_tok_s\n10,20,5,100\n")
+    with pytest.raises(ScenarioError, match="cached_tokens"):
+        calibrate(scenario, [], [str(bad)])
+    raw = yaml.safe_load(open(scenario))
+    raw["calibrate"]["free"] = {"machines.server.engine.step": {"lo": 1e-3, "hi": 1.0}}
+    odd = tmp_path / "odd.yaml"
+    odd.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ScenarioError, match="positive number"):
+        calibrate(str(odd), [], [table])
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(yaml.safe_dump({"parameters": {ENGINE + "step.dense_s": 1e-3}, "log_cov": [[0.1], [0.2]]}))
+    raw = yaml.safe_load(open(scenario))
+    raw["calibrations"] = [str(cal)]
+    raw["machines"]["server"]["engine"]["step"].pop("dense_s")
+    uses = tmp_path / "uses.yaml"
+    uses.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ScenarioError, match="log_cov"):
+        calibrated_parameters(str(uses), [])
+    cal.write_text(yaml.safe_dump({"parameters": {ENGINE + "step.dense_s": 1e-3}, "log_cov": [[-0.1]]}))
+    with pytest.raises(ScenarioError, match="semi-definite"):
+        calibrated_parameters(str(uses), [])
+    cal.write_text(yaml.safe_dump({"parameters": {ENGINE + "step.dense_s": 1e-3}, "log_cov": [[0.01]]}))
+    names, mean, _, held = calibrated_parameters(str(uses), [])
+    assert names == [ENGINE + "step.dense_s"] and held == [] and mean[0] == pytest.approx(np.log(1e-3))
+    with pytest.raises(ScenarioError, match="to draw"):  # a value given with --set is not drawn: nothing left
+        calibrated_parameters(str(uses), [f"{ENGINE}step.dense_s=0.002"])

@@ -208,3 +208,28 @@ def test_cli_logs_summary_csv_and_json(tmp_path):
     assert r.output.splitlines()[0].split(",") == list(ROW_FIELDS)
     r = CliRunner().invoke(main, ["logs", str(tmp_path / "missing.log")])
     assert r.exit_code == 2 and "missing.log: cannot read" in r.output
+
+
+def test_entries_run_together_and_odd_spacing_in_every_format():
+    llama = ("prompt  eval time = 100.00 ms / 10 tokens (10.00 ms per token, 100.00 tokens per second) eval time = "
+             "500.00 ms / 50 runs (10.00 ms per token, 100.00 tokens per second) total time = 600.00 ms / 60 tokens "
+             "prompt\teval time = 200.00 ms / 20 tokens eval time = 800.00 ms / 80 runs total time = 1000.00 ms")
+    strata = ("strata serve: prompt 30 tokens = 0 reused + 30 read in 50 ms, 40 generated in 2000 ms (20.0 tok/s) "
+              "strata serve: decode expert cache hit rate: 85.0% (850 hits / 1000 lookups)")
+    vllm = ("Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 "
+            "reqs Avg prompt throughput: 3.0 tokens/s, Avg generation throughput: 4.0 tokens/s, Running: 5 reqs")
+    t = parse(llama, strata, vllm)
+    assert t.not_understood == 0 and t.incomplete == 0
+    a, b, s, v1, v2 = t.rows
+    assert (a["prompt_tokens"], a["output_tokens"], b["prompt_tokens"], b["output_tokens"]) == (10, 50, 20, 80)
+    assert b["prefill_tok_s"] == pytest.approx(100.0) and b["decode_tok_s"] == pytest.approx(100.0)  # from n / ms
+    assert (s["output_tokens"], s["expert_hit_rate"]) == (40, 0.85)
+    assert (v1["running"], v2["running"], v2["generation_throughput_tok_s"]) == (1, 5, 4.0)
+
+
+def test_pathological_digit_runs_read_quickly():
+    import time
+
+    start = time.perf_counter()
+    parse("Avg prompt throughput: " + "9" * 20000, "strata serve: prompt " + "1" * 20000 + " tokens")
+    assert time.perf_counter() - start < 1.0

@@ -22,9 +22,10 @@ import dataclasses
 import numpy as np
 import simpy
 
-from .expert_counts import CountSampler, draws_per_step, step_law
+from .decode_batch import TierSampler, engine_step_law
+from .expert_counts import draws_per_step
 from .server import Engine, Timeline, Work
-from .stepcost import StepTimes, step_times
+from .stepcost import StepTimes
 
 CHUNK_STEPS = 256  # batch steps sampled at once at most
 
@@ -35,41 +36,25 @@ class BatchSteps:
     def __init__(self, eng, rng: np.random.Generator) -> None:
         self.eng, self.rng = eng, rng
         self.params = dataclasses.replace(eng.params, break_mode="per_step")
-        self.laws: dict[int, tuple] = {}
+        self.laws: dict[int, TierSampler] = {}
         moe = eng.moe
-        self.positions = 1 + moe.draft.tokens
-        self.draws = draws_per_step(moe.top_k, self.positions, eng.law.locality)
-        self.tiered = eng.tier if eng.peers or eng.host_slots is not None else None
+        self.draws = draws_per_step(moe.top_k, 1 + moe.draft.tokens, eng.law.locality)
 
-    def law(self, k: int):
+    def law(self, k: int) -> TierSampler:
         if k not in self.laws:
-            eng = self.eng
-            sl = step_law(eng.popularity, eng.resident, None, 0.0, k * self.draws, self.tiered, eng.peers + 2,
-                          eng.peers)
-            self.laws[k] = (sl, CountSampler.build(sl.resident_mean, sl.resident_var),
-                            [CountSampler.build(sl.missed_mean[t], sl.missed_var[t]) if sl.missed_mean[t].any()
-                             else None for t in range(eng.peers + 2)])
+            self.laws[k] = TierSampler.build(engine_step_law(self.eng, self.eng.popularity, k * self.draws))
         return self.laws[k]
 
     def sample(self, k: int, steps: int) -> tuple[StepTimes, dict[str, np.ndarray]]:
         """Step times of ``steps`` batch steps, and per step the distinct experts touched, computed by peers and
         read from disk."""
-        eng = self.eng
-        _, resident_s, missed_s = self.law(k)
-        layers = eng.moe.layers
-        resident = resident_s.sample(steps, self.rng)
-        counts = [np.zeros((steps, layers), dtype=np.int64) if s is None else s.sample(steps, self.rng)
-                  for s in missed_s]
-        host = eng.peers
-        peer = np.stack(counts[:host], axis=2) if host else None
-        disk = counts[host + 1] if eng.host_slots is not None else None
-        t = step_times(resident, counts[host], self.params, False, peer, disk)
-        experts = {"routed": resident.sum(axis=1) + sum(c.sum(axis=1) for c in counts)}
-        if peer is not None:
-            experts["peer_experts"] = peer.sum(axis=(1, 2))
-        if disk is not None:
-            experts["disk_reads"] = disk.sum(axis=1)
-        return t, experts
+        c = self.law(k).sample(self.eng, steps, self.rng)
+        experts = {"routed": c.routed}
+        if c.peer is not None:
+            experts["peer_experts"] = c.peer.sum(axis=(1, 2))
+        if c.disk is not None:
+            experts["disk_reads"] = c.disk.sum(axis=1)
+        return c.times(self.params), experts
 
 
 class BatchEngine(Engine):
@@ -158,8 +143,8 @@ class BatchEngine(Engine):
 
 def batch_lookups(eng, steps: np.ndarray, d: dict[str, np.ndarray], rng: np.random.Generator) -> None:
     """Lookups and the tiers serving them, per sequence: batching does not change which tier serves a lookup."""
-    sl = BatchSteps(eng, rng).law(1)[0]
     moe = eng.moe
+    sl = engine_step_law(eng, eng.popularity, draws_per_step(moe.top_k, 1 + moe.draft.tokens, eng.law.locality))
     lookups = steps * (1 + moe.draft.tokens) * moe.layers * moe.top_k
     by_tier = rng.multinomial(lookups, sl.lookup_shares)
     host = eng.peers

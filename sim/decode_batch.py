@@ -18,7 +18,7 @@ import numpy as np
 
 from .expert_counts import CountSampler, StepLaw, draws_per_step, step_law
 from .routing import RequestRouter, request_popularity
-from .stepcost import step_times
+from .stepcost import expected_tokens_per_step, step_times, tokens_per_step
 
 SKEW_STEP = 0.125  # grid of the per-request skew's normal deviate z: exponent error spread * 0.0625 at most
 MAX_CELLS = 2_000_000  # steps x layers sampled at once (memory bound: a few arrays of this many int64)
@@ -28,11 +28,50 @@ FIELDS = ("decode_s", "first_step_s", "output_tokens", "steps", "lookups", "hits
           "idle_s")
 
 
-@dataclass
-class _Law:
+def engine_step_law(eng, popularity: np.ndarray, draws: float, hot_set: np.ndarray | None = None,
+                    weight: float = 0.0) -> StepLaw:
+    """The law of the distinct experts a layer-step of ``draws`` draws touches on engine ``eng``, per tier."""
+    tiered = eng.tier if eng.peers or eng.host_slots is not None else None
+    return step_law(popularity, eng.resident, hot_set, weight, draws, tiered, eng.peers + 2, eng.peers)
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """Distinct experts per [step, layer]: in VRAM, in host RAM, per peer [step, layer, peer], beyond host RAM."""
+
+    resident: np.ndarray
+    host: np.ndarray
+    peer: np.ndarray | None
+    disk: np.ndarray | None
+    routed: np.ndarray  # per step, every tier
+
+    def times(self, params, eager: bool = False, starts: np.ndarray | None = None):
+        return step_times(self.resident, self.host, params, eager, self.peer, self.disk, starts)
+
+
+@dataclass(frozen=True)
+class TierSampler:
+    """A step law and its count samplers (one per tier that can be touched)."""
+
     law: StepLaw
     resident: CountSampler
-    missed: list[CountSampler | None]
+    missed: tuple[CountSampler | None, ...]
+
+    @classmethod
+    def build(cls, law: StepLaw) -> TierSampler:
+        return cls(law, CountSampler.build(law.resident_mean, law.resident_var),
+                   tuple(CountSampler.build(law.missed_mean[t], law.missed_var[t]) if law.missed_mean[t].any()
+                         else None for t in range(law.missed_mean.shape[0])))
+
+    def sample(self, eng, steps: int, rng: np.random.Generator) -> StepCounts:
+        layers = eng.moe.layers
+        resident = self.resident.sample(steps, rng)
+        counts = [np.zeros((steps, layers), dtype=np.int64) if s is None else s.sample(steps, rng)
+                  for s in self.missed]
+        host = eng.peers
+        return StepCounts(resident, counts[host], np.stack(counts[:host], axis=2) if host else None,
+                          counts[host + 1] if eng.host_slots is not None else None,
+                          resident.sum(axis=1) + sum(c.sum(axis=1) for c in counts))
 
 
 def steps_needed(tokens: np.ndarray, acceptance: np.ndarray, drafts: int, rng: np.random.Generator) -> np.ndarray:
@@ -45,11 +84,9 @@ def steps_needed(tokens: np.ndarray, acceptance: np.ndarray, drafts: int, rng: n
     todo = np.arange(tokens.size)
     while todo.size:
         a = acceptance[todo]
-        mean = np.where(a >= 1, drafts + 1.0, (1 - a ** (drafts + 1)) / np.maximum(1 - a, 1e-12))
-        m = np.ceil(need[todo] / mean * 1.3).astype(np.int64) + 8
+        m = np.ceil(need[todo] / expected_tokens_per_step(drafts, a) * 1.3).astype(np.int64) + 8
         owner = np.repeat(np.arange(todo.size), m)
-        accepted = rng.random((owner.size, drafts)) < a[owner, None]
-        made = np.cumprod(accepted, axis=1).sum(axis=1) + 1
+        made = tokens_per_step(drafts, a[owner], owner.size, rng)
         starts = np.concatenate(([0], np.cumsum(m)[:-1]))
         done = np.cumsum(made)
         local = done - np.repeat(done[starts] - made[starts], m)
@@ -79,23 +116,18 @@ def decode_many(eng, tokens: np.ndarray, acceptance: np.ndarray, rng: np.random.
     law = eng.law
     positions = 1 + moe.draft.tokens
     draws = draws_per_step(moe.top_k, positions, law.locality)
-    tiered = eng.tier if eng.peers or eng.host_slots is not None else None
-    tiers = eng.peers + 2
     own = law.drift_weight > 0 and law.drift_hot_experts > 0
     z_bin = np.rint(rng.standard_normal(n) / SKEW_STEP).astype(np.int64) if law.exponent_spread > 0 \
         else np.zeros(n, dtype=np.int64)
-    cache: dict[int, _Law] = {}
+    cache: dict[int, TierSampler] = {}
 
-    def law_for(key: int, router: RequestRouter | None) -> _Law:
+    def law_for(key: int, router: RequestRouter | None) -> TierSampler:
         if router is None and key in cache:
             return cache[key]
         skew = np.exp(law.exponent_spread * key * SKEW_STEP) if router is None else router.skew
         pop = request_popularity(eng.popularity, float(skew))
-        sl = step_law(pop, eng.resident, None if router is None else router.hot_set,
-                      0.0 if router is None else router.drift_weight, draws, tiered, tiers, eng.peers)
-        built = _Law(sl, CountSampler.build(sl.resident_mean, sl.resident_var),
-                     [CountSampler.build(sl.missed_mean[t], sl.missed_var[t]) if sl.missed_mean[t].any() else None
-                      for t in range(tiers)])
+        built = TierSampler.build(engine_step_law(eng, pop, draws, None if router is None else router.hot_set,
+                                                  0.0 if router is None else router.drift_weight))
         if router is None:
             cache[key] = built
         return built
@@ -110,8 +142,8 @@ def decode_many(eng, tokens: np.ndarray, acceptance: np.ndarray, rng: np.random.
     return out
 
 
-def _decode_group(eng, members: np.ndarray, steps: np.ndarray, lw: _Law, positions: int, rng: np.random.Generator,
-                  out: dict[str, np.ndarray]) -> None:
+def _decode_group(eng, members: np.ndarray, steps: np.ndarray, lw: TierSampler, positions: int,
+                  rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
     moe = eng.moe
     layers = moe.layers
     host = eng.peers
@@ -139,24 +171,20 @@ def _decode_group(eng, members: np.ndarray, steps: np.ndarray, lw: _Law, positio
         for piece, (first, last) in enumerate(pieces):
             total = last - first
             starts = np.concatenate(([0], np.cumsum(n_steps)[:-1])) if len(pieces) == 1 else np.zeros(1, np.int64)
-            resident = lw.resident.sample(total, rng)
-            counts = [np.zeros((total, layers), dtype=np.int64) if s is None else s.sample(total, rng)
-                      for s in lw.missed]
-            peer = np.stack(counts[:host], axis=2) if host else None
-            disk = counts[host + 1] if eng.host_slots is not None else None
+            c = lw.sample(eng, total, rng)
             if len(pieces) == 1:
-                t = step_times(resident, counts[host], eng.params, False, peer, disk, starts)
+                t = c.times(eng.params, starts=starts)
             else:
-                t = step_times(resident, counts[host], eng.params, eager, peer, disk)
+                t = c.times(eng.params, eager)
                 eager = t.eager_after
             add = np.add.reduceat
             sums = {"decode_s": t.total_s, "compute_s": t.compute_s, "stall_s": t.stall_s, "break_s": t.break_s,
                     "idle_s": t.host_s, "pcie_reads": t.pcie_reads, "cpu_experts": t.cpu_experts,
-                    "routed": resident.sum(axis=1) + sum(c.sum(axis=1) for c in counts)}
-            if peer is not None:
-                sums["peer_experts"] = peer.sum(axis=(1, 2))
-            if disk is not None:
-                sums["disk_reads"] = disk.sum(axis=1)
+                    "routed": c.routed}
+            if c.peer is not None:
+                sums["peer_experts"] = c.peer.sum(axis=(1, 2))
+            if c.disk is not None:
+                sums["disk_reads"] = c.disk.sum(axis=1)
             for key, values in sums.items():
                 out[key][idx] += add(values, starts)
             if piece == 0:

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .decode_batch import TierSampler, engine_step_law
 from .errors import SimulationError
 from .expert_cache import auto_slots, che_hit_probabilities, home_tiers, static_cache
-from .expert_counts import CountSampler, draws_per_step, step_law
+from .expert_counts import draws_per_step
 from .hardware import link_info
 from .routing import AliasTables, RequestRouter, RoutingLaw, layer_popularity, request_popularity
 from .scenario import Engine, Moe, Scenario
@@ -57,10 +58,6 @@ class EngineSetup:
     @property
     def peers(self) -> int:
         return len(self.peer_slots)
-
-    @property
-    def expected_tokens_per_step(self) -> float:
-        return expected_tokens_per_step(self.moe.draft.tokens, self.moe.draft.acceptance)
 
     @property
     def coverage(self) -> float:
@@ -280,31 +277,26 @@ def _decode_counts(eng: EngineSetup, router: RequestRouter, tokens: int, rng: np
                    acc: dict[str, float], acceptance: float) -> None:
     moe = eng.moe
     positions = 1 + moe.draft.tokens
-    law = step_law(request_popularity(eng.popularity, router.skew), eng.resident, router.hot_set, router.drift_weight,
-                   draws_per_step(moe.top_k, positions, eng.law.locality),
-                   eng.tier if eng.peers or eng.host_slots is not None else None, eng.peers + 2, eng.peers)
+    sampler = TierSampler.build(engine_step_law(eng, request_popularity(eng.popularity, router.skew),
+                                                draws_per_step(moe.top_k, positions, eng.law.locality),
+                                                router.hot_set, router.drift_weight))
+    law = sampler.law
     lookups_per_step = positions * moe.layers * moe.top_k
-    resident_counts = CountSampler.build(law.resident_mean, law.resident_var)
-    samplers = [CountSampler.build(law.missed_mean[t], law.missed_var[t]) if law.missed_mean[t].any() else None
-                for t in range(eng.peers + 2)]
-    host, disk_tier = eng.peers, eng.peers + 1
+    host = eng.peers
     produced, eager = 0, False
     while produced < tokens:
         steps = max(8, int((tokens - produced) / expected_tokens_per_step(moe.draft.tokens, acceptance) * 1.2) + 1)
         made = tokens_per_step(moe.draft.tokens, acceptance, steps, rng)
         n, produced = _steps_needed(made, produced, tokens)
-        resident = resident_counts.sample(n, rng)
-        counts = [np.zeros((n, moe.layers), dtype=np.int64) if s is None else s.sample(n, rng) for s in samplers]
-        peer = np.stack(counts[:host], axis=2) if eng.peers else None
-        disk = counts[disk_tier] if eng.host_slots is not None else None
-        t = step_times(resident, counts[host], eng.params, eager, peer, disk)
+        c = sampler.sample(eng, n, rng)
+        t = c.times(eng.params, eager)
         eager = t.eager_after
         lookups = n * lookups_per_step
         by_tier = rng.multinomial(lookups, law.lookup_shares)
         _add_steps(acc, t, lookups=lookups, hits=int(by_tier[0]), peer_lookups=int(by_tier[1:host + 1].sum()),
-                   disk_lookups=int(by_tier[-1]), routed=int(resident.sum())
-                   + int(sum(c.sum() for c in counts)), peer_experts=0 if peer is None else int(peer.sum()),
-                   disk_reads=0 if disk is None else int(disk.sum()))
+                   disk_lookups=int(by_tier[-1]), routed=int(c.routed.sum()),
+                   peer_experts=0 if c.peer is None else int(c.peer.sum()),
+                   disk_reads=0 if c.disk is None else int(c.disk.sum()))
     acc["output_tokens"] = produced
 
 

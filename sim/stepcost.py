@@ -121,16 +121,19 @@ def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: b
                      step_reads, on_cpu.sum(axis=1), eager)
 
 
-def tokens_per_step(drafts: int, acceptance: float, steps: int, rng: np.random.Generator) -> np.ndarray:
-    """Tokens a verification step yields: the leading accepted drafts plus the step's own token (1..drafts+1)."""
-    if drafts == 0 or acceptance <= 0:
+def tokens_per_step(drafts: int, acceptance, steps: int, rng: np.random.Generator) -> np.ndarray:
+    """Tokens a verification step yields: the leading accepted drafts plus the step's own token (1..drafts+1).
+    ``acceptance``: one fraction, or one per step."""
+    a = np.asarray(acceptance, dtype=float)
+    if drafts == 0 or (a.ndim == 0 and a <= 0):
         return np.ones(steps, dtype=np.int64)
-    accepted = rng.random((steps, drafts)) < acceptance
+    accepted = rng.random((steps, drafts)) < (a[:, None] if a.ndim else a)
     leading = np.cumprod(accepted, axis=1).sum(axis=1)
     return leading + 1
 
 
-def expected_tokens_per_step(drafts: int, acceptance: float) -> float:
-    """E[1 + leading accepted drafts] = (1 - a^(d+1)) / (1 - a)."""
-    a = acceptance
-    return float(drafts + 1) if a >= 1 else (1 - a ** (drafts + 1)) / (1 - a)
+def expected_tokens_per_step(drafts: int, acceptance):
+    """E[1 + leading accepted drafts] = (1 - a^(d+1)) / (1 - a), for one acceptance or an array of them."""
+    a = np.asarray(acceptance, dtype=float)
+    e = np.where(a >= 1, float(drafts + 1), (1 - a ** (drafts + 1)) / np.maximum(1 - a, 1e-12))
+    return float(e) if e.ndim == 0 else e

@@ -1,18 +1,35 @@
-"""``sim calibrate``: fit a scenario's declared free parameters to real requests, with standard errors.
+"""``sim calibrate``: fit a scenario's declared free parameters to measured tables and real requests.
 
-Observations are completed requests, from engine logs (:mod:`sim.logs`) or request tables (CSV columns named like
-the log rows: ``prompt_tokens``, ``cached_tokens``, ``output_tokens``, ``acceptance`` and any of the measured
-``prefill_tok_s``, ``decode_tok_s``, ``ttft_s``, ``expert_hit_rate``, ``pcie_share``). Every observed request is
-replayed through the scenario's engine, one after another (its own prompt, cache hit, length and acceptance), and
-the free parameters (``calibrate.free`` in the scenario: dotted paths with bounds) are moved to minimise robust
-(soft-L1) residuals: log ratios for rates and times, differences in units of one point for shares. Every
-evaluation uses the same random numbers, so the objective is deterministic; Nelder-Mead in log space searches it
-(whole verification steps and the eager switch make it piecewise flat at fine scales, which misleads gradients).
+Two kinds of observation:
 
-Standard errors come from the Jacobian at the solution (log space: a parameter's ``log_sd`` is its relative
-uncertainty), each observable's residuals weighted by their own RMS at the solution; a parameter whose column of the
-Jacobian is flat, or whose relative standard error exceeds 100%, is flagged: the data cannot pin it down. The
-calibration file keeps the log-space covariance, which ``sim run --uncertainty N`` samples from.
+- measured tables, mapped onto the scenario by its ``calibrate.tables`` (:mod:`sim.targets`): quantities, rows of
+  settings, spill and hit-rate buckets, each cell simulated by an experiment (a variant of the scenario with the
+  workload the cell was measured under);
+- completed requests, from engine logs (:mod:`sim.logs`) or request tables (CSV columns named like the log rows:
+  ``prompt_tokens``, ``cached_tokens``, ``output_tokens``, ``acceptance`` and any of the measured ``prefill_tok_s``,
+  ``decode_tok_s``, ``ttft_s``, ``expert_hit_rate``, ``pcie_share``), each replayed through the scenario's engine one
+  after another with its own prompt, cache hit, length and acceptance.
+
+Every cell's error (log ratio for rates, difference for shares) is divided by its tolerance, so one unit is the error
+the project claims for that cell; the fit minimises the soft-L1 robust loss of these residuals (quadratic within the
+tolerance, linear beyond, so one odd cell cannot drag the rest). Cells matched by ``calibrate.checks`` or
+``calibrate.unclaimed`` are reported, not fitted. The free parameters (``calibrate.free``: dotted paths with bounds and
+starting values) are searched in log space, in the order of ``calibrate.stages`` (each group with the others held),
+from the best of the starting values and a scrambled Sobol sample of the box, then Nelder-Mead: whole verification
+steps and the eager switch make the objective piecewise flat at fine scales, which misleads gradients. Every
+evaluation uses the same random numbers (common random numbers), so the objective is deterministic and a run is
+reproducible. ``calibrate.held`` values are applied throughout and written into the calibration file with their
+reasons. When ``--out`` names one of the scenario's own calibration files, that file is left out while fitting, so
+the result depends only on the scenario, the inputs and the seed.
+
+Standard errors come from the Jacobian at the solution (finite steps of 0.05 in log space: a parameter's ``log_sd``
+is its relative uncertainty). Residuals are in tolerance units, so each cell's noise is about its tolerance; each
+input (a table, or one observable of a log) estimates its own from its residuals at the solution, shrunk toward the
+tolerance (the more cells, the less; floored at a tenth of the tolerance), so data that agree better than claimed are
+trusted more and data that agree worse less; rows are weighted as the robust loss weighs them. A parameter whose
+column of the Jacobian is flat, that only a combination pins down, or whose
+relative standard error exceeds 100% is flagged. The calibration file keeps the log-space covariance of the fitted
+parameters, which ``sim run --uncertainty N`` samples from.
 """
 
 from __future__ import annotations
@@ -24,12 +41,32 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import ScenarioError
-from .scenario import Scenario, get_dotted, load_scenario
+from .scenario import Calibrate, Scenario, get_dotted, load_scenario, number_at, read_calibrate, read_yaml
 from .tables import read_measured
+from .targets import (
+    Experiment,
+    Target,
+    TargetBuilder,
+    cell_error,
+    check_metrics,
+    error,
+    run_experiments,
+    simulated,
+    without_calibration,
+)
 
 RATES = ("prefill_tok_s", "decode_tok_s", "ttft_s")
 SHARES = ("expert_hit_rate", "pcie_share")
-SHARE_SCALE = 0.01  # one point
+SIGMA_FLOOR = 0.1  # tolerance units: no input is trusted beyond a tenth of its claimed error
+PRIOR_DOF = 2.0  # an input's noise estimate is shrunk toward its tolerance as if the tolerance were 2 more cells
+SIMPLEX_STEP = 0.1  # log space: Nelder-Mead's first moves change each value by about 10% (or a quarter of its box)
+REPLAY = "requests"
+
+
+# What an engine's logged PCIe share counts, over routed experts. Strata: "more read by the GPU over PCIe or from
+# another GPU" (its hit-rate line), so not the misses the host CPU computes; Basalt and request tables: every routed
+# expert not served from the engine GPU's VRAM (peers, host CPU, PCIe reads).
+READS_ONLY_SHARE = {"strata"}
 
 
 @dataclass
@@ -40,17 +77,23 @@ class Observation:
     output_tokens: int
     acceptance: float  # NaN: the model's
     measured: dict[str, float]
+    engine: str = ""  # the log format it came from ("" for a request table)
 
 
 @dataclass
 class CalibrationResult:
-    parameters: dict[str, float]
+    parameters: dict[str, float]  # fitted, by dotted path
     log_sd: dict[str, float]
     log_cov: list[list[float]]
-    residuals: list[dict]
+    residuals: list[dict]  # every target: measured, simulated, error, tolerance, role
+    held: dict[str, float] = field(default_factory=dict)
+    units: dict[str, str] = field(default_factory=dict)
+    held_reason: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     cost: float = 0.0
     evaluations: int = 0
+    sources: list[str] = field(default_factory=list)
+    bounds: dict[str, list[float]] = field(default_factory=dict)  # of the fitted: draws for --uncertainty stay inside
 
 
 def _num(value) -> float | None:
@@ -61,15 +104,24 @@ def _num(value) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def is_request_table(path: str) -> bool:
+    """A table of requests (replayed one by one) rather than a table of measured cells."""
+    _, rows = read_measured(path)
+    return bool(rows) and {"prompt_tokens", "output_tokens"} <= set(rows[0])
+
+
 def observations(logs: list[str], tables: list[str]) -> list[Observation]:
+    """The completed requests of engine logs and request tables, with what each measured."""
     from .logs import log_sources, read_logs
 
     rows: list[tuple[str, dict]] = []
     if logs:
-        rows += [(r["line"], r) for r in read_logs(log_sources(logs)).rows]
+        for r in read_logs(log_sources(logs)).rows:
+            file, _, line = str(r["line"]).rpartition(":")
+            rows.append((f"{os.path.basename(file)}:{line}", r))
     for path in tables:
         _, table = read_measured(path)
-        rows += [(f"{path} row {i + 1}", r) for i, r in enumerate(table)]
+        rows += [(f"{os.path.basename(path)} row {i + 1}", r) for i, r in enumerate(table)]
     out = []
     for where, r in rows:
         prompt, output = _num(r.get("prompt_tokens")), _num(r.get("output_tokens"))
@@ -85,15 +137,13 @@ def observations(logs: list[str], tables: list[str]) -> list[Observation]:
         if cached >= prompt:
             measured.pop("prefill_tok_s", None)
         out.append(Observation(where, int(prompt), int(_num(r.get("cached_tokens")) or 0), int(output),
-                               float("nan") if acc is None else acc, measured))
-    if not any(o.measured for o in out):
-        raise ScenarioError(", ".join([*logs, *tables]) or "(no input)", "", "completed requests with something "
-                            f"measured ({', '.join((*RATES, *SHARES))}) to fit to")
+                               float("nan") if acc is None else acc, measured, str(r.get("engine") or "")))
     return out
 
 
-def simulate(scn: Scenario, obs: list[Observation], seed: int) -> list[dict[str, float]]:
-    """Replay the observed requests one after another on the scenario's engine; per request, the observables."""
+def simulate(scn: Scenario, obs: list[Observation], seed: int, replicas: int = 1) -> list[dict[str, float]]:
+    """Replay the observed requests one after another on the scenario's engine, each ``replicas`` times; per
+    request, the medians of its observables over its replicas."""
     from .moe_serve import setup_engine
     from .server import request_work
     from .server import simulate as run_events
@@ -102,116 +152,330 @@ def simulate(scn: Scenario, obs: list[Observation], seed: int) -> list[dict[str,
     sv = scn.serve
     assert sv is not None
     eng = setup_engine(scn, sv.machine)
-    n = len(obs)
-    table = RequestTable(np.full(n, np.nan), np.array([o.prompt_tokens for o in obs]),
-                         np.array([o.cached_tokens for o in obs]), np.array([o.output_tokens for o in obs]),
-                         np.array([o.acceptance for o in obs]), np.zeros(n, dtype=np.int64),
-                         np.zeros(n, dtype=np.int64))
+    n = len(obs) * replicas
+
+    def col(values: list) -> np.ndarray:
+        return np.tile(np.array(values), replicas)
+
+    table = RequestTable(np.full(n, np.nan), col([o.prompt_tokens for o in obs]), col([o.cached_tokens for o in obs]),
+                         col([o.output_tokens for o in obs]), col([o.acceptance for o in obs]),
+                         np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
     rng = np.random.default_rng(seed)
     work = request_work(eng, table, None, rng)
     tl = run_events(table, work, 1, sv.request_overhead_s, 0.0, "fixed", None, None, rng)
     d = work.decode
+    new = table.prompt_tokens - table.cached_tokens
+    reads_only = col([o.engine in READS_ONLY_SHARE for o in obs])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per = {"prefill_tok_s": np.where(work.prefill_s > 0, new / work.prefill_s, np.nan),
+               "decode_tok_s": np.where(d["decode_s"] > 0, work.output_tokens / d["decode_s"], np.nan),
+               "ttft_s": tl.first_token_s - tl.sent_s,
+               "expert_hit_rate": d["hits"] / np.maximum(d["lookups"], 1),
+               "pcie_share": (d["peer_experts"] + d["cpu_experts"] * ~reads_only + d["pcie_reads"])
+               / np.maximum(d["routed"], 1)}
+    medians = {k: np.median(v.reshape(replicas, len(obs)), axis=0) for k, v in per.items()}
+    return [{k: float(v[i]) for k, v in medians.items()} for i in range(len(obs))]
+
+
+def request_targets(obs: list[Observation], builder: TargetBuilder, cal: Calibrate, scenario: str) -> list[Target]:
+    """One target per measured figure of a replayed request, with the kind and tolerance the scenario gives it."""
+    replay = Experiment(scenario, (REPLAY,))
     out = []
     for i, o in enumerate(obs):
-        new = o.prompt_tokens - o.cached_tokens
-        off = (d["peer_experts"][i] + d["cpu_experts"][i] + d["pcie_reads"][i]) / max(d["routed"][i], 1)
-        out.append({"prefill_tok_s": new / work.prefill_s[i] if work.prefill_s[i] > 0 else float("nan"),
-                    "decode_tok_s": work.output_tokens[i] / d["decode_s"][i] if d["decode_s"][i] > 0
-                    else float("nan"),
-                    "ttft_s": float(tl.first_token_s[i] - tl.sent_s[i]),
-                    "expert_hit_rate": d["hits"][i] / max(d["lookups"][i], 1), "pcie_share": off})
+        for key, value in o.measured.items():
+            spec = cal.requests.get(key)
+            if spec is None:
+                continue
+            name = f"{o.source} {key}"
+            role, note = builder.role(name)
+            out.append(Target(name, o.source.split(" row ")[0].rsplit(":", 1)[0], value, spec.kind, spec.tolerance,
+                              f"request:{i}:{key}", (replay,), "request", role=role, note=note))
     return out
 
 
-def residuals(obs: list[Observation], sim: list[dict[str, float]]) -> list[tuple[str, str, float, float, float]]:
-    """(source, observable, measured, simulated, residual) per measured cell."""
-    out = []
-    for o, s in zip(obs, sim, strict=True):
-        for key, meas in o.measured.items():
-            got = s[key]
-            if key in SHARES:
-                r = (got - meas) / SHARE_SCALE
-            elif meas > 0 and got > 0:
-                r = math.log(got / meas)
+class Problem:
+    """Targets, the requests to replay, and how to simulate them at a parameter vector."""
+
+    def __init__(self, path: str, targets: list[Target], obs: list[Observation], fixed: list[str], seed: int,
+                 exclude: str | None):
+        self.path = path
+        self.targets = targets
+        self.obs = obs
+        self.fixed = fixed  # --set strings applied before the free values: held values and the user's overrides
+        self.seed = seed
+        self.exclude = exclude
+        self.fit = [t for t in targets if t.role == "fit"]
+        self.evaluations = 0
+        self.checked: set[str] = set()  # targets whose metric names a run has been seen to report
+
+    def values(self, sets: list[str], targets: list[Target] | None = None) -> list[float]:
+        """Simulated value of every target (or of ``targets``) with these free values."""
+        self.evaluations += 1
+        targets = self.targets if targets is None else targets
+        params = [*self.fixed, *sets]
+        runs = run_experiments([t for t in targets if t.how != "request"], params, self.seed, self.exclude)
+        fresh = [t for t in targets if t.how != "request" and t.name not in self.checked]
+        check_metrics(fresh, runs)
+        self.checked |= {t.name for t in fresh}
+        replayed: list[dict[str, float]] = []
+        if any(t.how == "request" for t in targets):
+            scn = load_scenario(self.path, [*without_calibration(self.path, self.exclude), *params])[0]
+            replayed = simulate(scn, self.obs, self.seed, scn.calibrate.replicas)
+        out = []
+        for t in targets:
+            if t.how == "request":
+                _, i, key = t.metric.split(":")
+                out.append(float(replayed[int(i)][key]))
             else:
-                r = 10.0  # a rate the simulation cannot produce: a large, finite residual
-            out.append((o.source, key, meas, got, r))
+                out.append(simulated(t, runs))
+        return out
+
+    def residuals(self, sets: list[str]) -> np.ndarray:
+        """Errors of the fitted targets in units of their tolerances."""
+        sims = self.values(sets, self.fit)
+        return np.array([error(t.kind, t.measured, s) / t.tolerance for t, s in zip(self.fit, sims, strict=True)])
+
+
+def soft_l1(r: np.ndarray) -> float:
+    return float(np.sum(2 * (np.sqrt(1 + r * r) - 1)))
+
+
+def _free_start(path: str, cal: Calibrate, before: list[str], overrides: list[str]) -> list[float]:
+    """Starting values: each free parameter's declared start, else the value the scenario (with its calibrations)
+    gives it; each checked to be a positive real the scenario accepts."""
+    raw: dict | None = None
+    start = []
+    for name, fp in cal.free.items():
+        if fp.lo >= fp.hi:
+            raise ScenarioError(path, f"calibrate.free.{name}.hi", f"more than lo ({fp.lo:g})")
+        if fp.start is None:
+            if raw is None:
+                try:  # the scenario as the fit sees it: without the calibration being written
+                    raw = load_scenario(path, before)[1]
+                except ScenarioError as exc:
+                    raise ScenarioError(path, f"calibrate.free.{name}.start", "a start value: without the "
+                                        f"calibration being written the scenario does not load ({exc})") from None
+            found, value = get_dotted(raw, name)
+            if not found:
+                raise ScenarioError(path, f"calibrate.free.{name}", "a path the scenario (or its calibrations) sets, "
+                                    "or a start value")
+            v = number_at(value) or 0.0
+            if v <= 0:
+                raise ScenarioError(path, f"calibrate.free.{name}", f"a path holding a positive number (it holds "
+                                    f"{str(value)[:40]!r})")
+        else:
+            v = fp.start
+        start.append(min(max(v, fp.lo), fp.hi))
+    sets = [f"{n}={v:.8g}" for n, v in zip(cal.free, start, strict=True)]
+    for i, (name, fp) in enumerate(cal.free.items()):
+        # the search moves values continuously within the bounds: a whole-number field cannot be free, and the
+        # scenario must accept both ends of the box
+        for value, key, what in ((start[i] * 1.0001, name, "a real-valued parameter (a fractional value is "
+                                  "rejected here)"), (fp.lo, f"{name}.lo", "a bound the scenario accepts"),
+                                 (fp.hi, f"{name}.hi", "a bound the scenario accepts")):
+            try:
+                load_scenario(path, [*before, *sets[:i], f"{name}={value:.8g}", *sets[i + 1:]])
+            except ScenarioError as exc:
+                if exc.path == name:
+                    raise ScenarioError(path, f"calibrate.free.{key}", f"{what}: {exc.problem}") from None
+                raise
+    return start
+
+
+def held_sets(cal: Calibrate) -> list[str]:
+    """The held values as ``--set`` strings, applied to every simulation of the fit."""
+    return [f"{k}={h.value!r}" for k, h in cal.held.items()]
+
+
+def _check_paths(path: str, cal: Calibrate) -> list[str]:
+    """Free and held paths are the calibration's. A path both free and held is an error; one that a scenario file
+    (or a variant's) sets itself gets a warning: that value would win over the calibration file at run time."""
+    both = set(cal.free) & set(cal.held)
+    if both:
+        raise ScenarioError(path, f"calibrate.held.{sorted(both)[0]}", "a path that is not also under calibrate.free")
+    files = {path} | {os.path.normpath(os.path.join(os.path.dirname(path), v.scenario)) for v in cal.variants.values()
+                      if v.scenario}
+    out = []
+    for file in sorted(files):
+        raw = read_yaml(file) if os.path.isfile(file) else {}
+        out += [f"{name}: {file} sets it itself, so it keeps that value over the calibration file's (remove it there "
+                "to use the fit)" for name in [*cal.free, *cal.held] if get_dotted(raw, name)[0]]
     return out
+
+
+def unmatched_patterns(cal: Calibrate, targets: list[Target], inputs: list[str]) -> list[str]:
+    """Warnings for checks/unclaimed patterns that match no target of an input they name (a typo would leave a cell
+    fitted); a pattern for a table or log not given this time says nothing."""
+    import fnmatch
+    import re
+
+    names = [os.path.basename(i) for i in inputs]
+    out = []
+    for kind, table in (("checks", cal.checks), ("unclaimed", cal.unclaimed)):
+        for pattern in table:
+            source = re.split(r"[ :]", pattern, maxsplit=1)[0]
+            if any(fnmatch.fnmatchcase(n, source) for n in names) and not any(
+                    fnmatch.fnmatchcase(t.name, pattern) for t in targets):
+                out.append(f"calibrate.{kind}: {pattern!r} matches no measured cell")
+    return out
+
+
+def _stages(path: str, cal: Calibrate) -> list[list[int]]:
+    names = list(cal.free)
+    if not cal.stages:
+        return [list(range(len(names)))]
+    seen: list[str] = []
+    for i, stage in enumerate(cal.stages):
+        for n in stage:
+            if n not in cal.free:
+                raise ScenarioError(path, f"calibrate.stages.{i}", f"{n!r} is not under calibrate.free")
+            if n in seen:
+                raise ScenarioError(path, f"calibrate.stages.{i}", f"{n!r} is in two stages")
+            seen.append(n)
+    missing = [n for n in names if n not in seen]
+    if missing:
+        raise ScenarioError(path, "calibrate.stages", f"every free parameter in one stage ({missing[0]!r} is in none)")
+    return [[names.index(n) for n in stage] for stage in cal.stages]
+
+
+def build_problem(path: str, cal: Calibrate, logs: list[str], tables: list[str]
+                  ) -> tuple[list[Target], list[Observation]]:
+    """The targets of the tables (mapped under ``calibrate.tables``) and of the requests of logs and request
+    tables."""
+    builder = TargetBuilder(path, cal, path)
+    requests = [t for t in tables if os.path.basename(t) not in cal.tables and is_request_table(t)]
+    targets: list[Target] = []
+    for t in tables:
+        if t not in requests:
+            targets += builder.table(t)
+    obs = observations(logs, requests)
+    targets += request_targets(obs, builder, cal, path)
+    if not any(t.role == "fit" for t in targets):
+        raise ScenarioError(", ".join([*logs, *tables]) or "(no input)", "", "completed requests or measured cells "
+                            f"with something to fit to ({', '.join((*RATES, *SHARES))}, or a table the scenario maps "
+                            "under calibrate.tables)")
+    return targets, obs
 
 
 def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, overrides: list[str] | None = None,
-              max_evals: int = 200) -> CalibrationResult:
-    from scipy.optimize import least_squares, minimize
-
-    base, raw = load_scenario(path, overrides or [])
-    if base.serve is None:
-        raise ScenarioError(path, "serve", "a serve section: sim calibrate replays the requests on its engine")
-    free = base.calibrate.free
-    if not free:
-        raise ScenarioError(path, "calibrate.free", "a map of dotted.path: {lo, hi} naming what to fit")
-    names = list(free)
-    start = []
-    for name, fp in free.items():
-        found, value = get_dotted(raw, name)
-        if not found and fp.start is None:
-            raise ScenarioError(path, f"calibrate.free.{name}", "a path the scenario (or its calibrations) sets, or "
-                                "a start value")
-        if fp.lo >= fp.hi:
-            raise ScenarioError(path, f"calibrate.free.{name}.hi", f"more than lo ({fp.lo:g})")
-        if found and (isinstance(value, bool) or not isinstance(value, float | int) or value <= 0):
-            raise ScenarioError(path, f"calibrate.free.{name}", f"a path holding a positive number (it holds "
-                                f"{str(value)[:40]!r})")
-        v = fp.start if fp.start is not None else float(value)
-        try:  # the search moves values continuously: a whole-number field cannot be free
-            load_scenario(path, [*(overrides or []), f"{name}={v * 1.0001:.8g}"])
-        except ScenarioError:
-            raise ScenarioError(path, f"calibrate.free.{name}", "a real-valued parameter (a fractional value is "
-                                "rejected here)") from None
-        start.append(min(max(v, fp.lo), fp.hi))
-    obs = observations(logs, tables)
-    lo = np.log([free[n].lo for n in names])
-    hi = np.log([free[n].hi for n in names])
-    evals = [0]
-
-    def scenario_at(x: np.ndarray) -> Scenario:
-        return load_scenario(path, [*(overrides or []), *(f"{n}={math.exp(v):.8g}" for n, v in zip(names, x,
-                                                                                                       strict=True))])[0]
-
-    def fun(x: np.ndarray) -> np.ndarray:
-        evals[0] += 1
-        return np.array([r[-1] for r in residuals(obs, simulate(scenario_at(x), obs, seed))])
-
-    def robust(x: np.ndarray) -> float:  # soft-L1 with a scale of 0.1 (10% or 10 points), in the box
-        z = (fun(np.clip(x, lo, hi)) / 0.1) ** 2
-        return float(np.sum(2 * (np.sqrt(1 + z) - 1)))
-
-    # step counts and the eager switch make the objective piecewise flat at fine scales: a derivative-free search
-    # finds the minimum; the Jacobian for standard errors is then taken with finite steps of 5%.
-    # the eager switch also makes local minima: start from the best of the scenario's values and a scrambled Sobol
-    # sample of the box (log space), then refine
+              max_evals: int = 200, starts: int | None = None, exclude: str | None = None, log=None
+              ) -> CalibrationResult:
+    """Fit ``path``'s ``calibrate.free`` parameters; ``max_evals`` Nelder-Mead evaluations and ``starts`` Sobol
+    candidates (default: 2^ceil(log2(4 k)), at least 8) per stage; ``exclude``: the calibration file being written,
+    left out of the scenario's calibrations while fitting."""
+    from scipy.optimize import minimize
     from scipy.stats import qmc
 
-    candidates = [np.clip(np.log(start), lo + 1e-9, hi - 1e-9)]
-    sobol = qmc.Sobol(len(names), seed=seed).random(max(8, 2 ** math.ceil(math.log2(4 * len(names)))))
-    candidates += list(lo + sobol * (hi - lo))
-    x0 = min(candidates, key=robust)
-    found = minimize(robust, x0, method="Nelder-Mead",
-                     options={"maxfev": max_evals, "xatol": 1e-3, "fatol": 1e-6, "adaptive": True})
-    best = np.clip(found.x, lo, hi)
-    res = least_squares(fun, best, bounds=(lo - 1e-9, hi + 1e-9), diff_step=0.05 / np.maximum(1.0, np.abs(best)),
-                        max_nfev=1)  # scipy's step is relative to |x|: this makes it 0.05 in log space
-    res.x = best
-    jac, r = res.jac, res.fun
+    overrides = list(overrides or [])
+    say = log or (lambda _msg: None)
+    cal = read_calibrate(path)
+    if not cal.free:
+        raise ScenarioError(path, "calibrate.free", "a map of dotted.path: {lo, hi} naming what to fit")
+    names = list(cal.free)
+    path_warnings = _check_paths(path, cal)
+    fixed = [*held_sets(cal), *overrides]
+    before = [*without_calibration(path, exclude), *fixed]
+    x = np.log(_free_start(path, cal, before, overrides))
+    lo = np.log([cal.free[n].lo for n in names])
+    hi = np.log([cal.free[n].hi for n in names])
+
+    def sets(xv: np.ndarray) -> list[str]:
+        return [f"{n}={math.exp(v):.6g}" for n, v in zip(names, xv, strict=True)]
+
+    base = load_scenario(path, [*before, *sets(x)])[0]
+    if base.serve is None:
+        raise ScenarioError(path, "serve", "a serve section: sim calibrate simulates its engine")
+    targets, obs = build_problem(path, cal, logs, tables)
+    problem = Problem(path, targets, obs, fixed, seed, exclude)
+    for si, stage in enumerate(_stages(path, cal)):
+        idx = np.array(stage)
+
+        def full(sub: np.ndarray, idx=idx, before=x) -> np.ndarray:  # this stage's values, the others as they are
+            out = before.copy()
+            out[idx] = np.clip(sub, lo[idx], hi[idx])
+            return out
+
+        def robust(sub: np.ndarray) -> float:
+            return soft_l1(problem.residuals(sets(full(sub))))
+
+        k = len(idx)
+        n_starts = starts if starts is not None else max(8, 2 ** math.ceil(math.log2(4 * k)))
+        candidates = [np.clip(x[idx], lo[idx] + 1e-9, hi[idx] - 1e-9)]
+        if n_starts > 0:
+            sobol = qmc.Sobol(k, seed=seed).random(n_starts)
+            candidates += list(lo[idx] + sobol * (hi[idx] - lo[idx]))
+        scored = [(robust(c), i) for i, c in enumerate(candidates)]
+        best_cost, best_i = min(scored)
+        x0 = candidates[best_i]
+        if max_evals > 0:
+            # the first simplex steps a fixed distance in log space (a fraction of the box for narrow boxes), toward
+            # the inside of the box: the default (5% of each coordinate) depends on the units and stalls on the
+            # objective's flat steps
+            step = np.minimum(SIMPLEX_STEP, 0.25 * (hi[idx] - lo[idx]))
+            step = np.where(x0 + step > hi[idx], -step, step)
+            simplex = np.vstack([x0, x0 + np.diag(step)])
+            found = minimize(robust, x0, method="Nelder-Mead",
+                             options={"maxfev": max_evals, "xatol": 1e-3, "fatol": 1e-6, "adaptive": True,
+                                      "initial_simplex": simplex})
+            if found.fun < best_cost:
+                x0, best_cost = found.x, float(found.fun)
+        x = full(x0)
+        say(f"stage {si + 1}: " + ", ".join(f"{names[i]} = {math.exp(x[i]):.4g}" for i in idx)
+            + f" (loss {best_cost:.4f}, {problem.evaluations} simulations so far)")
+    x = np.log([float(f"{math.exp(v):.6g}") for v in x])  # the values written are the values evaluated
+    r0, jac = jacobian(problem, names, x, hi)
+    log_sd, cov, warnings = standard_errors(problem, names, x, lo, hi, jac, r0)
+    warnings += unmatched_patterns(cal, targets, [*tables, *logs]) + path_warnings
+    values = problem.values(sets(x))
+    rows = [_row(t, s) for t, s in zip(problem.targets, values, strict=True)]
+    held = {k: h.value for k, h in cal.held.items()}
+    units = {**{k: h.unit for k, h in cal.held.items()}, **{n: cal.free[n].unit for n in names}}
+    return CalibrationResult({n: float(f"{math.exp(v):.6g}") for n, v in zip(names, x, strict=True)},
+                             {n: float(f"{v:.4g}") for n, v in zip(names, log_sd, strict=True)},
+                             [[float(f"{c:.6g}") for c in row] for row in cov], rows, held, units,
+                             {k: h.why for k, h in cal.held.items()}, warnings, round(soft_l1(r0), 6),
+                             problem.evaluations, [*tables, *logs],
+                             {n: [cal.free[n].lo, cal.free[n].hi] for n in names})
+
+
+def jacobian(problem: Problem, names: list[str], x: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Residuals at log values ``x`` and their forward-difference Jacobian (steps of 0.05 in log space, backward at
+    the upper bound)."""
+
+    def sets(xv: np.ndarray) -> list[str]:
+        return [f"{n}={math.exp(v):.6g}" for n, v in zip(names, xv, strict=True)]
+
+    r0 = problem.residuals(sets(x))
+    jac = np.zeros((r0.size, len(names)))
+    h = 0.05
+    for j in range(len(names)):
+        step = x.copy()
+        step[j] += h if step[j] + h <= hi[j] + 1e-12 else -h
+        jac[:, j] = (problem.residuals(sets(step)) - r0) / (step[j] - x[j])
+    return r0, jac
+
+
+def standard_errors(problem: Problem, names: list[str], x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                    jac: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Log-space standard errors and covariance from the Jacobian of the residuals (tolerance units), with the noise
+    model of the module docstring; warnings for what the data cannot pin down.
+
+    Each input's noise (in tolerance units) is its residuals' mean square over its degrees of freedom, shrunk toward
+    1 (the tolerance) with the weight of ``PRIOR_DOF`` cells: an input with few cells keeps about its tolerance, one
+    with many speaks for itself. Rows are then weighted as the soft-L1 loss weighs them at the solution
+    (``(1 + r^2)^(-1/2)`` in the normal equations), so a cell the fit treats as an outlier does not narrow the
+    errors either."""
     m, k = jac.shape
-    # each observable gets its own noise level (its residuals' RMS at the solution), so one the free parameters
-    # cannot fix (a hit rate when routing is held) neither inflates nor dominates the others' standard errors
-    kinds = [key for _, key, *_ in residuals(obs, simulate(scenario_at(best), obs, seed))]
-    scale = np.ones(m)
-    for kind in set(kinds):
-        rows_k = np.array([q == kind for q in kinds])
-        n_k = int(rows_k.sum())
-        scale[rows_k] = max(math.sqrt(float(r[rows_k] @ r[rows_k]) / max(n_k - k * n_k / m, 1.0)), 1e-6)
-    jw = jac / scale[:, None]
+    groups = [t.source + ("" if t.how != "request" else " " + t.metric.rsplit(":", 1)[1]) for t in problem.fit]
+    sigma = np.ones(m)
+    for g in set(groups):
+        rows_g = np.array([q == g for q in groups])
+        n_g = int(rows_g.sum())
+        dof = max(n_g - k * n_g / m, 0.0)
+        var = (float(r[rows_g] @ r[rows_g]) * dof / max(n_g, 1) + PRIOR_DOF) / (dof + PRIOR_DOF)
+        sigma[rows_g] = max(math.sqrt(var), SIGMA_FLOOR)
+    z = (r / sigma) ** 2
+    jw = jac / sigma[:, None] * ((1 + z) ** -0.25)[:, None]
     warnings = []
     if m < k:
         warnings.append(f"{m} measured cells for {k} parameters: the fit is under-determined")
@@ -235,68 +499,126 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
             warnings.append(f"{n}: only a combination with other parameters is pinned down (no standard error)")
         elif sd[i] > 1.0:
             warnings.append(f"{n}: not pinned down by these observations (relative standard error {sd[i]:.0%})")
-        if abs(res.x[i] - lo[i]) < 1e-6 or abs(res.x[i] - hi[i]) < 1e-6:
-            warnings.append(f"{n}: at its bound ({math.exp(res.x[i]):.4g}): widen calibrate.free.{n}")
-    final = residuals(obs, simulate(scenario_at(res.x), obs, seed))
-    rows = [{"observation": src, "observable": key, "measured": float(meas), "simulated": float(got),
-             "error": float((got - meas) if key in SHARES else (got / meas - 1 if meas else float("nan")))}
-            for src, key, meas, got, _ in final]
-    return CalibrationResult({n: float(f"{math.exp(v):.6g}") for n, v in zip(names, res.x, strict=True)},
-                             {n: float(f"{v:.4g}") for n, v in zip(names, sd, strict=True)},
-                             [[float(f"{c:.6g}") for c in row] for row in cov], rows, warnings, float(found.fun),
-                             evals[0])
+        if abs(x[i] - lo[i]) < 1e-6 or abs(x[i] - hi[i]) < 1e-6:
+            warnings.append(f"{n}: at its bound ({math.exp(x[i]):.4g}): widen calibrate.free.{n}")
+    return sd, cov, warnings
+
+
+def _row(t: Target, sim: float) -> dict:
+    err = cell_error(t.kind, t.measured, sim)  # against the mean of a range, as the fit sees it
+    row = {"target": t.name, "role": t.role, "measured": float(t.measured), "simulated": float(sim),
+           "error": float(err), "tolerance": t.tolerance, "kind": t.kind}
+    if t.lo is not None:
+        row |= {"measured_lo": t.lo, "measured_hi": t.hi}
+    if t.note:
+        row["note"] = t.note
+    return row
+
+
+def outside(row: dict) -> bool:
+    """A fitted or checked row whose error exceeds its tolerance (a measured range counts from its nearer edge)."""
+    if row["role"] == "unclaimed":
+        return False
+    sim = row["simulated"]
+    if sim is None or not math.isfinite(sim):
+        return True
+    err = cell_error(row["kind"], row["measured"], sim, row.get("measured_lo"), row.get("measured_hi"))
+    return not abs(err) <= row["tolerance"] + 1e-12
 
 
 def calibration_yaml(res: CalibrationResult, command: str) -> str:
     import yaml
 
+    from .tables import read_measured as _read
+
     header = ["# Written by `sim calibrate`; do not edit by hand. Reproduce from the project root with:",
-              f"#   {command}",
-              "# log_sd: standard error of log(value), i.e. relative; log_cov: their covariance (order of parameters),",
-              "# which `sim run --uncertainty N` samples from."]
-    body = {"kind": "calibrate", "parameters": res.parameters, "log_sd": res.log_sd, "log_cov": res.log_cov,
-            "warnings": res.warnings, "cost": round(res.cost, 6), "evaluations": res.evaluations,
-            "residuals": [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()}
-                          for r in res.residuals]}
+              f"#   {command}"]
+    provenance = []
+    for src in res.sources:
+        if src.endswith(".csv") and os.path.exists(src):
+            first = (_read(src)[0] or [""])[0]
+            if first:
+                provenance.append(f"#   {os.path.basename(src)}: {first[:100]}")
+    if provenance:
+        header += ["# Measurements (provenance as in each table's header):", *provenance]
+    header += ["# log_sd: standard error of log(value), i.e. relative; log_cov: their covariance (order of `fitted`),",
+               "# which `sim run --uncertainty N` samples from. Held values are assumptions, each with its reason."]
+    rows = [{k: (float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v) for k, v in r.items()}
+            for r in res.residuals]
+    body = {"kind": "calibrate", "parameters": {**res.held, **res.parameters}, "units": res.units,
+            "fitted": list(res.parameters), "bounds": res.bounds, "held_reason": res.held_reason,
+            "log_sd": res.log_sd,
+            "log_cov": res.log_cov, "warnings": res.warnings, "cost": res.cost, "evaluations": res.evaluations,
+            "residuals": rows}
     return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=120)
 
 
 def report_markdown(res: CalibrationResult, command: str, plot: str | None) -> str:
-    lines = ["# Calibration report", "", f"`{command}`", "", "| parameter | value | relative standard error |",
-             "|---|---|---|"]
-    lines += [f"| `{n}` | {v:.6g} | {res.log_sd[n]:.1%} |" for n, v in res.parameters.items()]
+    lines = ["# Calibration report", "", f"`{command}`", "", "| parameter | value | unit | relative standard error |",
+             "|---|---|---|---|"]
+    lines += [f"| `{n}` | {v:.6g} | {res.units.get(n, '')} | {res.log_sd[n]:.1%} |" for n, v in res.parameters.items()]
+    if res.held:
+        lines += ["", "| held | value | unit | why |", "|---|---|---|---|"]
+        lines += [f"| `{n}` | {v:.6g} | {res.units.get(n, '')} | {res.held_reason.get(n, '')} |"
+                  for n, v in res.held.items()]
     if res.warnings:
         lines += ["", "Warnings:", ""] + [f"- {w}" for w in res.warnings]
-    lines += ["", "| observation | observable | measured | simulated | error |", "|---|---|---|---|---|"]
+    lines += ["", "| target | role | measured | simulated | error | tolerance |", "|---|---|---|---|---|---|"]
     for r in res.residuals:
-        err = f"{r['error']:+.1%}" if r["observable"] not in SHARES else f"{r['error'] * 100:+.2f} pts"
-        lines.append(f"| {r['observation']} | {r['observable']} | {r['measured']:.4g} | {r['simulated']:.4g} | {err} |")
+        share = r["kind"] == "share"
+        err = f"{r['error'] * 100:+.2f} pts" if share else f"{r['error']:+.1%}"
+        tol = f"{r['tolerance'] * 100:g} pts" if share else f"{r['tolerance']:.0%}"
+        meas = f"{r['measured']:.4g}" if "measured_lo" not in r else f"{r['measured_lo']:.4g}-{r['measured_hi']:.4g}"
+        flag = " **outside**" if outside(r) else ""
+        lines.append(f"| {r['target']} | {r['role']} | {meas} | {r['simulated']:.4g} | {err}{flag} | {tol} |")
+    notes = [(r["target"], r["note"]) for r in res.residuals if r.get("note")]
+    if notes:
+        lines += ["", "Not fitted:", ""] + [f"- {n}: {why}" for n, why in notes]
     if plot:
         lines += ["", f"![measured against simulated]({os.path.basename(plot)})"]
     return "\n".join(lines) + "\n"
 
 
 def plot_residuals(res: CalibrationResult, path: str) -> None:
+    """Measured against simulated, one panel per observable kind (rates on log axes), fitted and held-out cells
+    marked apart."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = sorted({r["observable"] for r in res.residuals})
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 4), squeeze=False)
+    def panel(r: dict) -> str:
+        return "shares" if r["kind"] == "share" else "rates and times"
+
+    keys = sorted({panel(r) for r in res.residuals})
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4.6), squeeze=False)
     for ax, key in zip(axes[0], keys, strict=True):
-        pts = [(r["measured"], r["simulated"]) for r in res.residuals if r["observable"] == key]
-        x, y = np.array(pts).T
-        ax.scatter(x, y, s=14)
-        both = np.concatenate([x, y])
-        low, top = float(np.nanmin(both)), float(np.nanmax(both))
-        pad = (top - low) * 0.05 or abs(top) * 0.05 or 1.0
-        ax.plot([low - pad, top + pad], [low - pad, top + pad], color="grey", lw=0.8)
-        ax.set_xlim(low - pad, top + pad)
-        ax.set_ylim(low - pad, top + pad)
+        for role, marker, colour in (("fit", "o", "#0072B2"), ("check", "s", "#E69F00"),
+                                     ("unclaimed", "x", "#999999")):
+            pts = [(r["measured"], r["simulated"]) for r in res.residuals
+                   if panel(r) == key and r["role"] == role and r["simulated"] is not None
+                   and math.isfinite(r["simulated"]) and (key == "shares" or r["simulated"] > 0)]
+            if pts:
+                xv, yv = np.array(pts).T
+                ax.scatter(xv, yv, s=16, marker=marker, color=colour, label=role)
+        vals = [v for r in res.residuals if panel(r) == key for v in (r["measured"], r["simulated"])
+                if v is not None and math.isfinite(v) and (key == "shares" or v > 0)]
+        if vals:
+            low, top = min(vals), max(vals)
+            if key != "shares":
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+                low, top = low / 1.2, top * 1.2
+            else:
+                pad = (top - low) * 0.05 or 0.01
+                low, top = low - pad, top + pad
+            ax.plot([low, top], [low, top], color="grey", lw=0.8)
+            ax.set_xlim(low, top)
+            ax.set_ylim(low, top)
         ax.set_title(key)
         ax.set_xlabel("measured")
         ax.set_ylabel("simulated")
+        ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp.png"

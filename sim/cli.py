@@ -124,12 +124,15 @@ def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, ove
 @click.option("--a", "machine_a", required=True, help="First machine.")
 @click.option("--b", "machine_b", required=True, help="Second machine.")
 @common_options
+@click.option("--uncertainty", type=click.IntRange(min=2, max=10_000), default=None, metavar="N",
+              help="Also find the break-even for N parameter draws (calibrations' covariance, the scenario's "
+              "uncertainty section): median and 90% interval.")
 @user_errors
 def breakeven(scenario: str, model: str, machine_a: str, machine_b: str, seed: int | None, out_dir: str | None,
-              as_json: bool, overrides: tuple[str, ...]) -> None:
+              as_json: bool, overrides: tuple[str, ...], uncertainty: int | None) -> None:
     """Token count where MACHINE_A and MACHINE_B break even for MODEL, by bisection over simulated jobs."""
     from .breakeven import breakeven as find
-    from .breakeven import metrics
+    from .breakeven import breakeven_with_uncertainty, metrics
     from .output import dumps, write_outputs
     from .report import breakeven_text
     from .scenario import load_scenario
@@ -139,6 +142,9 @@ def breakeven(scenario: str, model: str, machine_a: str, machine_b: str, seed: i
     result = find(scn, model, machine_a, machine_b, seed)
     evaluations = result.pop("table")
     result = {**result, "scenario_file": scenario, "metrics": metrics(result)}
+    if uncertainty is not None:
+        result["uncertainty"] = breakeven_with_uncertainty(scenario, list(overrides), model, machine_a, machine_b,
+                                                           uncertainty, seed)
     if out_dir:
         write_outputs(out_dir, result, {"evaluations": evaluations})
     click.echo(dumps(result) if as_json else breakeven_text(result), nl=False)
@@ -184,41 +190,6 @@ def fit_loading(scenario: str, tables: tuple[str, ...], out_file: str | None, as
         click.echo(text, nl=False)
 
 
-@main.command("fit-moe")
-@click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("--tables", "tables_dir", type=click.Path(file_okay=False), default="calibration", show_default=True,
-              help="Folder holding strata_gen3_5090.csv, strata_parallel_slots.csv, strata_spill_buckets.csv.")
-@click.option("--requests", type=click.IntRange(min=20), default=2000, show_default=True,
-              help="Simulated requests per round and evaluation.")
-@click.option("--max-evals", type=click.IntRange(min=1), default=40, show_default=True,
-              help="Simulations the search may run (from the starting values in sim/fit_moe.py).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Common random numbers.")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
-              help="Write the calibration YAML here (the scenario's calibrations: entry).")
-@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
-@user_errors
-def fit_moe(scenario: str, tables_dir: str, requests: int, max_evals: int, seed: int, out_file: str | None,
-            as_json: bool) -> None:
-    """Fit SCENARIO's expert-routing law and decode step costs to the Strata tables (both rounds simulated)."""
-    from .fit_moe import fit_moe as run_fit
-    from .fit_moe import moe_calibration_yaml, outside_tolerance
-    from .output import atomic_write_text, dumps
-
-    fit = run_fit(scenario, tables_dir, requests, seed, max_evals,
-                  log=None if as_json else (lambda msg: click.echo(msg, err=True)))
-    command = (f"sim fit-moe {scenario} --tables {tables_dir} --requests {requests} --max-evals {max_evals} "
-               f"--seed {seed}" + (f" --out {out_file}" if out_file else ""))
-    text = moe_calibration_yaml(fit, command)
-    for t in fit.targets:
-        if outside_tolerance(t):
-            click.echo(f"sim: warning: {t['target']} fits at {t['simulated']} against {t['measured']} measured "
-                       f"(tolerance {t['tolerance']:g})", err=True)
-    if out_file:
-        atomic_write_text(out_file, text)
-    click.echo(dumps({"parameters": fit.parameters, "held": fit.held, "targets": fit.targets, "loss": fit.loss})
-               if as_json else text, nl=False)
-
-
 @main.command("logs")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--csv", "as_csv", is_flag=True, help="Print one CSV row per request or statistics line.")
@@ -252,27 +223,36 @@ def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
               help="Scenario whose calibrate.free parameters are fitted.")
 @click.option("--log", "logs", multiple=True, type=click.Path(dir_okay=False), help="Engine log (repeatable).")
 @click.option("--table", "tables", multiple=True, type=click.Path(dir_okay=False),
-              help="CSV of requests with log-row columns (repeatable).")
+              help="Measured table the scenario maps under calibrate.tables, or a CSV of requests with log-row "
+              "columns (repeatable).")
 @click.option("--set", "overrides", multiple=True, help="dotted.path=value, applied before fitting (repeatable).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Common random numbers.")
-@click.option("--max-evals", type=click.IntRange(min=1), default=200, show_default=True,
-              help="Simulations the search may run.")
+@click.option("--max-evals", type=click.IntRange(min=0), default=200, show_default=True,
+              help="Nelder-Mead simulations per stage (0: keep the best start).")
+@click.option("--starts", type=click.IntRange(min=0), default=None,
+              help="Sobol candidates per stage besides the declared start (default 2^ceil(log2(4k)), at least 8).")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), required=True,
-              help="Calibration YAML to write; report.md and a plot go beside it.")
+              help="Calibration YAML to write (left out of the scenario's calibrations while fitting); "
+              "NAME_report.md and NAME_plot.png go beside it.")
 @user_errors
 def calibrate(scenario: str, logs: tuple[str, ...], tables: tuple[str, ...], overrides: tuple[str, ...], seed: int,
-              max_evals: int, out_file: str) -> None:
-    """Fit SCENARIO's declared free parameters to the requests of engine logs and request tables."""
+              max_evals: int, starts: int | None, out_file: str) -> None:
+    """Fit SCENARIO's declared free parameters to measured tables, engine logs and request tables."""
     from .calibrate import calibrate as run_calibrate
-    from .calibrate import calibration_yaml, plot_residuals, report_markdown
+    from .calibrate import calibration_yaml, outside, plot_residuals, report_markdown
     from .output import atomic_write_text
 
     if not logs and not tables:
         raise click.UsageError("give at least one --log or --table")
-    res = run_calibrate(scenario, list(logs), list(tables), seed, list(overrides), max_evals)
-    command = " ".join(["sim calibrate --scenario", scenario, *(f"--log {x}" for x in logs),
-                        *(f"--table {x}" for x in tables), *(f"--set {x}" for x in overrides),
-                        f"--seed {seed} --max-evals {max_evals} --out {out_file}"])
+    res = run_calibrate(scenario, list(logs), list(tables), seed, list(overrides), max_evals, starts, out_file,
+                        log=lambda msg: click.echo(msg, err=True))
+    import shlex
+
+    command = shlex.join(["sim", "calibrate", "--scenario", scenario,
+                          *(a for x in tables for a in ("--table", x)), *(a for x in logs for a in ("--log", x)),
+                          *(a for x in overrides for a in ("--set", x)), "--seed", str(seed), "--max-evals",
+                          str(max_evals), *(["--starts", str(starts)] if starts is not None else []),
+                          "--out", out_file])
     stem = os.path.splitext(out_file)[0]
     plot = stem + "_plot.png"
     plot_residuals(res, plot)
@@ -280,6 +260,13 @@ def calibrate(scenario: str, logs: tuple[str, ...], tables: tuple[str, ...], ove
     atomic_write_text(out_file, calibration_yaml(res, command))
     for w in res.warnings:
         click.echo(f"sim: warning: {w}", err=True)
+    missed = [r for r in res.residuals if outside(r)]
+    for r in missed[:5]:
+        click.echo(f"sim: warning: {r['target']} ({r['role']}) simulates {r['simulated']:.4g} against "
+                   f"{r['measured']:.4g} measured, outside its tolerance {r['tolerance']:g}", err=True)
+    if len(missed) > 5:
+        click.echo(f"sim: warning: and {len(missed) - 5} more cells outside their tolerance ({stem}_report.md marks "
+                   "them)", err=True)
     for name, value in res.parameters.items():
         click.echo(f"{name} = {value:.6g} (relative standard error {res.log_sd[name]:.1%})")
     click.echo(f"{len(res.residuals)} observations, {res.evaluations} simulations; report {stem}_report.md")
@@ -317,40 +304,6 @@ def validate(root: str, groups: tuple[str, ...], as_json: bool) -> None:
                    f"{sum(c.status == 'info' for c in cells)} reported only")
     if outside:
         sys.exit(1)
-
-
-@main.command("fit-basalt")
-@click.option("--three-gpu", "three_gpu", type=click.Path(dir_okay=False), default="scenarios/basalt_3gpu.yaml",
-              show_default=True, help="The 3-GPU scenario (prefill, routing, decode).")
-@click.option("--two-gpu", "two_gpu", type=click.Path(dir_okay=False), default="scenarios/basalt_2gpu_vision.yaml",
-              show_default=True, help="The 2-GPU scenario with the vision encoder on the peer (paging).")
-@click.option("--tables", "tables_dir", type=click.Path(file_okay=False), default="calibration", show_default=True,
-              help="Folder holding basalt_3gpu.csv, basalt_context_sweep.csv, basalt_serve_requests.csv, "
-              "basalt_peer_reserve.csv.")
-@click.option("--requests", type=click.IntRange(min=20), default=300, show_default=True,
-              help="Simulated requests per routing evaluation (a tenth per decode target).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Common random numbers.")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
-              help="Write the calibration YAML here (both scenarios' calibrations: entry).")
-@user_errors
-def fit_basalt(three_gpu: str, two_gpu: str, tables_dir: str, requests: int, seed: int, out_file: str | None) -> None:
-    """Fit the Basalt engine's prefill, routing, decode step and driver paging to the Basalt tables."""
-    from .fit_basalt import basalt_calibration_yaml
-    from .fit_basalt import fit_basalt as run_fit
-    from .output import atomic_write_text
-
-    fit = run_fit(three_gpu, two_gpu, tables_dir, requests, seed, log=lambda msg: click.echo(msg, err=True))
-    command = (f"sim fit-basalt --three-gpu {three_gpu} --two-gpu {two_gpu} --tables {tables_dir} "
-               f"--requests {requests} --seed {seed}" + (f" --out {out_file}" if out_file else ""))
-    for r in fit.rows:
-        err = abs(r["simulated"] / r["measured"] - 1) if r["kind"] == "rate" else abs(r["simulated"] - r["measured"])
-        if r["fitted"] and not err <= r["tolerance"]:
-            click.echo(f"sim: warning: {r['target']} fits at {r['simulated']} against {r['measured']} measured "
-                       f"(tolerance {r['tolerance']:g})", err=True)
-    text = basalt_calibration_yaml(fit, command)
-    if out_file:
-        atomic_write_text(out_file, text)
-    click.echo(text, nl=False)
 
 
 if __name__ == "__main__":

@@ -471,18 +471,23 @@ def in_bucket(pct: np.ndarray, lo: float, hi: float | None) -> np.ndarray:
     return upper & ((pct > 0) if lo == 0 else (pct >= lo))
 
 
+def bucket_requests(recs: list[RequestRecord], by: str, lo: float, hi: float | None) -> tuple[int, float | None]:
+    """(count, mean per-request decode tok/s) of the served requests in one bucket: ``by`` is ``pcie_spill`` (cut as
+    :func:`in_bucket`) or ``hit_rate`` ([lo, hi) percent)."""
+    served = [r for r in recs if r.end in ("stop", "length")]
+    pct = np.array([(r.pcie_share if by == "pcie_spill" else r.hit_rate) * 100 for r in served])
+    mask = in_bucket(pct, lo, hi) if by == "pcie_spill" else (pct >= lo) & (pct < (hi if hi is not None else np.inf))
+    rate = np.array([r.decode_tok_s for r in served])
+    return int(mask.sum()), (float(rate[mask].mean()) if mask.any() else None)
+
+
 def spill_buckets(all_recs: list[RequestRecord]) -> list[dict]:
     """Served requests bucketed by PCIe spill share and by hit rate (percent), as ``strata_spill_buckets.csv`` is:
     count and mean per-request decode tok/s of each bucket."""
-    recs = [r for r in all_recs if r.end in ("stop", "length")]
-    rate = np.array([r.decode_tok_s for r in recs])
     rows = []
     for by, lo, hi in BUCKETS:
-        pct = np.array([(r.pcie_share if by == "pcie_spill" else r.hit_rate) * 100 for r in recs])
-        mask = in_bucket(pct, lo, hi) if by == "pcie_spill" else (pct >= lo) & (pct < (hi if hi is not None else
-                                                                                       np.inf))
-        rows.append({"bucket_by": by, "low_pct": lo, "high_pct": hi, "requests": int(mask.sum()),
-                     "decode_tok_s": float(rate[mask].mean()) if mask.any() else None})
+        n, rate = bucket_requests(all_recs, by, lo, hi)
+        rows.append({"bucket_by": by, "low_pct": lo, "high_pct": hi, "requests": n, "decode_tok_s": rate})
     return rows
 
 

@@ -192,4 +192,15 @@ def breakeven_text(r: dict) -> str:
     if not r["closed_form_agrees"]:
         lines.append("  ! simulation and closed form disagree by more than one token: the simulation includes what the "
                      "closed form leaves out (decode jitter, page-cache state)")
+    u = r.get("uncertainty")
+    if u:
+        lines += ["", f"  over {u['draws']} draws of {', '.join(u['parameters'])}:"]
+        for key, label in (("breakeven_tokens", "break-even"), ("clear_win_tokens", "clear win of the faster decoder "
+                                                                                    "from")):
+            q = u[key]
+            never = f"; never in {q['never_share']:.0%} of draws" if q["never_share"] > 0 else ""
+            lines.append(f"    {label}: {_tok(q['median'])} tokens (90% interval {_tok(q['p5'])} to "
+                         f"{_tok(q['p95'])}){never}")
+        lines.append("    faster decoder: " + ", ".join(f"{m} in {share:.0%} of draws"
+                                                       for m, share in u["faster_decoder_share"].items()))
     return "\n".join(lines) + "\n"

@@ -58,7 +58,7 @@ def test_calibrate_recovers_known_parameters_and_flags_what_it_cannot_see(synthe
     assert res.parameters[ENGINE + "prefill_tok_s"] == pytest.approx(800, rel=0.02)
     assert res.log_sd[ENGINE + "step.dense_s"] < 0.05
     assert any("power.idle_w" in w and "do not depend" in w for w in res.warnings)  # no observable sees it
-    assert len(res.residuals) == 80
+    assert len(res.residuals) == 80 and all(r["role"] == "fit" for r in res.residuals)
 
 
 def test_calibrate_cli_writes_calibration_report_and_plot_and_uncertainty_samples_it(synthetic):
@@ -68,6 +68,7 @@ def test_calibrate_cli_writes_calibration_report_and_plot_and_uncertainty_sample
     assert r.exit_code == 0, r.output
     cal = yaml.safe_load(out.read_text())
     assert len(cal["log_cov"]) == 3 and (folder / "fit_report.md").exists() and (folder / "fit_plot.png").exists()
+    assert cal["fitted"] == list(cal["parameters"]) and set(cal["bounds"]) == set(cal["fitted"])
     assert "sim calibrate --scenario" in out.read_text().splitlines()[1]
     # the scenario then uses the calibration; --uncertainty draws from its covariance
     fitted = write_scenario(folder, 1e-3, 500.0, calibrations=["fit.yaml"])
@@ -93,7 +94,7 @@ def test_bad_calibration_inputs_are_one_line_errors(synthetic, tmp_path):
     folder, scenario, table = synthetic
     empty = tmp_path / "empty.csv"
     empty.write_text("prompt_tokens,output_tokens\n100,10\n")
-    with pytest.raises(ScenarioError, match="something measured"):
+    with pytest.raises(ScenarioError, match="something to fit to"):
         calibrate(scenario, [], [str(empty)])
     bad = tmp_path / "bad.csv"
     bad.write_text("prompt_tokens,cached_tokens,output_tokens,decode_tok_s\n10,20,5,100\n")
@@ -118,7 +119,167 @@ def test_bad_calibration_inputs_are_one_line_errors(synthetic, tmp_path):
     with pytest.raises(ScenarioError, match="semi-definite"):
         calibrated_parameters(str(uses), [])
     cal.write_text(yaml.safe_dump({"parameters": {ENGINE + "step.dense_s": 1e-3}, "log_cov": [[0.01]]}))
-    names, mean, _, held = calibrated_parameters(str(uses), [])
+    names, mean, _, held, bounds = calibrated_parameters(str(uses), [])
+    assert np.isinf(bounds).all()  # a file without bounds: draws are not clipped
     assert names == [ENGINE + "step.dense_s"] and held == [] and mean[0] == pytest.approx(np.log(1e-3))
     with pytest.raises(ScenarioError, match="to draw"):  # a value given with --set is not drawn: nothing left
         calibrated_parameters(str(uses), [f"{ENGINE}step.dense_s=0.002"])
+
+
+# measured tables mapped onto a scenario (calibrate.tables): quantities, rows of settings, buckets
+
+
+def table_scenario(folder, dense_s: float, extra: dict | None = None) -> str:
+    """The small MoE engine with a table map: a quantities table (decode, a ratio to a variant with more drafts
+    accepted), a rows table (decode at two acceptances, in percent) and the spill buckets pooled over both."""
+    raw = moe_raw()
+    raw["machines"]["server"]["engine"]["step"]["dense_s"] = dense_s
+    raw["calibrate"] = {
+        "free": {ENGINE + "step.dense_s": {"lo": 1e-4, "hi": 0.1, "start": 1e-3, "unit": "s"}},
+        "held": {ENGINE + "step.host_s": {"value": 2e-4, "unit": "s", "why": "assumed"}},
+        "variants": {"confident": {"set": {"models.moe.moe.draft.acceptance": 0.9}}},
+        "tables": {
+            "q.csv": {"kind": "quantities", "set": {"serve.requests": 60},
+                      "cells": {"decode": {"metric": "decode_tok_s", "tolerance": 0.05},
+                                "speedup": {"metric": "decode_tok_s", "variant": "confident", "ratio_to": "base",
+                                            "tolerance": 0.05},
+                                "slots": {"metric": "expert_slots", "tolerance": 0.01}}},
+            "rows.csv": {"kind": "rows", "row_key": "acceptance", "set": {"serve.requests": 40},
+                         "row_set": {"models.moe.moe.draft.acceptance": {"mean_of": ["acceptance"], "scale": 0.01}},
+                         "cells": {"decode_tok_s": {"metric": "decode_tok_s_median", "tolerance": 0.1}}},
+            "b.csv": {"kind": "buckets", "pool": ["base", "confident"], "set": {"serve.requests": 60},
+                      "tolerance": 0.5}},
+        "checks": {"q.csv slots": "VRAM arithmetic"},
+        **(extra or {})}
+    path = folder / "tables.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def write_csv(path, header: str, rows: list[str]) -> str:
+    path.write_text("# made by the test from a simulation with a known dense_s\n" + header + "\n" + "\n".join(rows)
+                    + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    """Tables 'measured' by simulating the engine with dense_s 4 ms, the map's own targets read back."""
+    from sim.targets import TargetBuilder, run_experiments, simulated
+
+    folder = tmp_path_factory.mktemp("tables")
+    truth = table_scenario(folder, 4e-3)
+    q = write_csv(folder / "q.csv", "quantity,value,unit", ["decode,1,tok/s", "speedup,1,ratio", "slots,312,slots"])
+    rows = write_csv(folder / "rows.csv", "acceptance,decode_tok_s", ["50,1", "80,1"])
+    b = write_csv(folder / "b.csv", "bucket_by,low_pct,high_pct,decode_tok_s", ["hit_rate,90,,1"])
+    cal = read_calibrate_of(truth)
+    targets = [t for p in (q, rows, b) for t in TargetBuilder(truth, cal, truth).table(p)]
+    runs = run_experiments(targets, [f"{ENGINE}step.host_s=0.0002"], 7, None)  # the held value, as the fit holds it
+    got = {t.name: simulated(t, runs) for t in targets}
+    write_csv(folder / "q.csv", "quantity,value,unit", [f"decode,{got['q.csv decode']},tok/s",
+                                                        f"speedup,{got['q.csv speedup']},ratio", "slots,312,slots"])
+    write_csv(folder / "rows.csv", "acceptance,decode_tok_s", [f"50,{got['rows.csv 50 decode_tok_s']}",
+                                                               f"80,{got['rows.csv 80 decode_tok_s']}"])
+    write_csv(folder / "b.csv", "bucket_by,low_pct,high_pct,decode_tok_s",
+              [f"hit_rate,90,,{got['b.csv hit_rate 90-up']}"])
+    return folder, got, [q, rows, b]
+
+
+def read_calibrate_of(path):
+    from sim.scenario import read_calibrate
+
+    return read_calibrate(path)
+
+
+def test_tables_become_targets_with_their_experiments(tables):
+    folder, got, _ = tables
+    assert set(got) == {"q.csv decode", "q.csv speedup", "q.csv slots", "rows.csv 50 decode_tok_s",
+                        "rows.csv 80 decode_tok_s", "b.csv hit_rate 90-up"}
+    assert got["q.csv slots"] == 312  # (0.5 GiB free - reserves) / 1 MiB
+    assert got["q.csv speedup"] > 1.2  # 90% of drafts accepted against 60%: a ratio of two runs
+    assert got["rows.csv 80 decode_tok_s"] > 1.2 * got["rows.csv 50 decode_tok_s"]  # each row sets its acceptance
+
+
+def test_calibrate_recovers_a_parameter_from_tables_alone(tables):
+    folder, _, paths = tables
+    res = calibrate(table_scenario(folder, 1e-3), [], paths, seed=7, max_evals=40)
+    assert res.parameters[ENGINE + "step.dense_s"] == pytest.approx(4e-3, rel=0.05)
+    assert res.held == {ENGINE + "step.host_s": 2e-4} and res.held_reason[ENGINE + "step.host_s"] == "assumed"
+    roles = {r["target"]: r["role"] for r in res.residuals}
+    assert roles["q.csv slots"] == "check" and roles["q.csv decode"] == "fit"
+    assert all(abs(r["error"]) < 0.05 for r in res.residuals if r["role"] == "fit")
+
+
+def test_the_calibration_being_written_is_left_out_while_fitting(tables, tmp_path):
+    """--out names one of the scenario's calibrations: the fit must neither be filled by its values nor start from
+    them."""
+    from sim.errors import ScenarioError
+
+    folder, _, paths = tables
+    stale = tmp_path / "fit.yaml"
+    raw = yaml.safe_load(open(table_scenario(folder, 1e-3)))
+    raw["calibrate"]["held"] = {}
+    raw["calibrations"] = [str(stale)]
+    scenario = tmp_path / "s.yaml"
+
+    def fit(exclude, **values):
+        stale.write_text(yaml.safe_dump({"parameters": {ENGINE + f"step.{k}": v for k, v in values.items()}}))
+        scenario.write_text(yaml.safe_dump(raw))
+        return calibrate(str(scenario), [], paths, seed=7, max_evals=0, starts=0, exclude=exclude)
+
+    a, b = fit(str(stale), host_s=0.01), fit(str(stale), host_s=0.0)
+    assert a.residuals == b.residuals  # the stale file's host time (a value the scenario leaves open) is not used
+    assert fit(None, host_s=0.01).residuals != a.residuals  # ... as it would be without the exclusion
+    # a free value without a start comes from the scenario as the fit sees it: without the file being written
+    raw["calibrate"]["free"][ENGINE + "step.dense_s"].pop("start")
+    raw["machines"]["server"]["engine"]["step"].pop("dense_s")
+    with pytest.raises(ScenarioError, match="start value"):
+        fit(str(stale), dense_s=0.05)
+    assert fit(None, dense_s=0.05).parameters == {ENGINE + "step.dense_s": 0.05}
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"tables": {}}, "calibrate.tables.q.csv"),
+    ({"variants": {}}, "unknown variant 'confident'"),
+    ({"stages": [["nope"]]}, "calibrate.stages.0"),
+])
+def test_table_map_mistakes_are_one_line_errors(tables, tmp_path, change, match):
+    from sim.errors import ScenarioError
+
+    folder, _, paths = tables
+    with pytest.raises(ScenarioError, match=match):
+        calibrate(table_scenario(tmp_path, 1e-3, change), [], paths, max_evals=1, starts=0)
+
+
+def test_a_missing_quantity_names_the_table_and_the_quantity(tables, tmp_path):
+    folder, _, paths = tables
+    q = write_csv(tmp_path / "q.csv", "quantity,value,unit", ["decode,10,tok/s", "slots,312,slots"])
+    r = CliRunner().invoke(main, ["calibrate", "--scenario", table_scenario(tmp_path, 1e-3), "--table", q,
+                                  "--out", str(tmp_path / "o.yaml")])
+    assert r.exit_code == 2 and "q.csv: speedup: missing" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_measured_values_read_numbers_ranges_and_runs():
+    from sim.errors import ScenarioError
+    from sim.targets import measured_values
+
+    assert measured_values("140.6", "t", "k") == [140.6]
+    assert measured_values("35-44", "t", "k") == [35.0, 44.0]
+    assert measured_values("417;421;455", "t", "k") == [417.0, 421.0, 455.0]
+    assert measured_values("-3", "t", "k") == [-3.0]
+    assert measured_values("1.5e-3", "t", "k") == [1.5e-3]
+    assert measured_values("1e-3-2e-3", "t", "k") == [1e-3, 2e-3]
+    with pytest.raises(ScenarioError, match="t: k: bad value"):
+        measured_values("fast", "t", "k")
+
+
+def test_replicas_compare_a_request_with_the_median_of_its_copies(synthetic):
+    """Each replayed request simulated 5 times is the median of the same 5 copies replayed once each."""
+    _, scenario, _ = synthetic
+    scn = load_scenario(scenario)[0]
+    one = Observation("x", 400, 0, 120, float("nan"), {})
+    copies = simulate(scn, [one] * 5, seed=3)
+    median = simulate(scn, [one], seed=3, replicas=5)[0]
+    for key in ("decode_tok_s", "expert_hit_rate", "pcie_share", "ttft_s"):
+        assert median[key] == pytest.approx(float(np.median([c[key] for c in copies])))
+    assert len({c["decode_tok_s"] for c in copies}) > 1  # the copies do differ: the median is not trivially one

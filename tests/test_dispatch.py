@@ -304,3 +304,57 @@ def test_breakeven_includes_the_spill_decode_cost(home_lab):
     assert r["decode_tok_s"]["mining_box"] < 146
     assert math.isinf(r["breakeven_tokens"]) and r["closed_form_agrees"]
     assert r["clear_win"]["rtx4090_box"] == [0, math.inf]
+
+
+def test_the_decode_scatter_in_the_home_lab_is_the_pooled_scatter_of_the_measured_repeats():
+    """home_lab.yaml's log_sd for single-sample decode rates is recomputed from the shipped repeated runs."""
+    import os
+
+    from conftest import CALIBRATION
+
+    from sim.tables import read_measured
+
+    triples = []
+    for name, key, rows in (("basalt_peer_reserve.csv", "peer_reserve_mib", ("1536", "2048")),
+                            ("basalt_vision_placement.csv", "vision_placement", ("on_5090_primary", "cpu_16_threads"))):
+        for r in read_measured(os.path.join(CALIBRATION, name))[1]:
+            if r[key] in rows:
+                triples.append([float(x) for x in r["decode_tok_s_values"].split(";")])
+    assert len(triples) == 4 and all(len(t) == 3 for t in triples)
+    pooled = math.sqrt(np.mean([np.var(np.log(t), ddof=1) for t in triples]))
+    scn, _ = load_scenario(HOME_LAB)
+    assert set(scn.uncertainty) == {f"machines.{m}.decode_tok_s.9B" for m in ("rtx4090_box", "mining_box")}
+    for spread in scn.uncertainty.values():
+        assert spread.log_sd == pytest.approx(pooled, abs=5e-5)
+
+
+def test_breakeven_uncertainty_shows_how_unsure_the_break_even_is():
+    from sim.breakeven import breakeven_with_uncertainty
+
+    u = breakeven_with_uncertainty(HOME_LAB, [], "9B", "mining_box", "rtx4090_box", 60, 0)
+    be = u["breakeven_tokens"]
+    assert be["p5"] < be["median"] < be["p95"]
+    assert be["p5"] < 0.6 * be["median"]  # single samples 13% apart: the break-even is very unsure
+    assert 0 < be["never_share"] < 0.5  # in some draws the 4090 decodes faster and wins at every length
+    share = u["faster_decoder_share"]
+    assert share["mining_box"] + share["rtx4090_box"] == pytest.approx(1.0) and share["mining_box"] > 0.5
+    again = breakeven_with_uncertainty(HOME_LAB, [], "9B", "mining_box", "rtx4090_box", 60, 0)
+    assert again == u  # seeded
+    held = breakeven_with_uncertainty(HOME_LAB, ["machines.mining_box.decode_tok_s.9B=146"], "9B", "mining_box",
+                                      "rtx4090_box", 10, 0)
+    assert held["held"] == ["machines.mining_box.decode_tok_s.9B"]  # a value given with --set is not drawn
+
+
+def test_breakeven_cli_prints_the_interval_and_json_carries_it():
+    import json
+
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    args = ["breakeven", HOME_LAB, "--model", "9B", "--a", "mining_box", "--b", "rtx4090_box", "--uncertainty", "8"]
+    text = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert text.exit_code == 0 and "over 8 draws" in text.output and "90% interval" in text.output
+    data = json.loads(CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False).output)
+    q = data["uncertainty"]["breakeven_tokens"]
+    assert set(q) == {"median", "p5", "p95", "never_share"} and data["uncertainty"]["draws"] == 8

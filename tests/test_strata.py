@@ -1,7 +1,7 @@
 """The measured Strata tables reproduced by the shipped scenario (FIELD_NOTES section 3): VRAM arithmetic, round-1
 hit rate and decode, the spill-share cliffs and plateau, the hit-rate jump, busy-but-stalled GPU and energy.
 
-Simulated with a seed the calibration did not use (``sim fit-moe`` runs seed 0), so these are not the fit's own
+Simulated with a seed the calibration did not use (``sim calibrate`` runs seed 0), so these are not the fit's own
 random numbers; tolerances are the issue's."""
 
 import json
@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from conftest import CALIBRATION, ROOT
 
 from sim.cli import main
-from sim.fit_moe import bucket_key, strata_targets
 from sim.moe_serve import serve, serve_metrics, setup_engine, spill_buckets
-from sim.scenario import load_scenario
+from sim.scenario import load_scenario, read_calibrate
+from sim.targets import TargetBuilder
 
 GEN3 = os.path.join(ROOT, "scenarios", "gen3_5090.yaml")
 ROUND2 = "machines.strata_box.gpus.gpu0.reserved_gib=0"
@@ -33,9 +33,16 @@ def rounds():
     return out
 
 
+def bucket_key(by: str, lo: float, hi: float | None) -> str:
+    return f"strata_spill_buckets.csv {by} {lo:g}-{'up' if hi is None else format(hi, 'g')}"
+
+
 @pytest.fixture(scope="module")
 def measured():
-    return {t.name: t.measured for t in strata_targets(CALIBRATION)}
+    """The measured cells, read through the scenario's own table map (calibrate.tables)."""
+    builder = TargetBuilder(GEN3, read_calibrate(GEN3), GEN3)
+    names = ("strata_gen3_5090.csv", "strata_spill_buckets.csv", "strata_parallel_slots.csv")
+    return {t.name: t.measured for n in names for t in builder.table(os.path.join(CALIBRATION, n))}
 
 
 def test_vram_arithmetic_gives_the_engines_slots():
@@ -50,8 +57,8 @@ def test_vram_arithmetic_gives_the_engines_slots():
 
 def test_round1_hit_rate_and_decode(rounds, measured):
     m = rounds["r1"][2]
-    assert m["expert_hit_rate"] == pytest.approx(measured["r1_hit_rate_median"], abs=0.015)
-    assert m["decode_tok_s"] == pytest.approx(measured["r1_decode_tok_s"], rel=0.07)
+    assert m["expert_hit_rate"] == pytest.approx(measured["strata_gen3_5090.csv round1_decode_hit_rate"], abs=0.015)
+    assert m["decode_tok_s"] == pytest.approx(measured["strata_gen3_5090.csv round1_decode_tok_s"], rel=0.07)
     assert 0 < m["pcie_spill_share"] < 0.05  # a small share of routed experts crosses the link
 
 
@@ -61,7 +68,8 @@ def test_round2_without_the_tenant_is_faster(rounds, measured):
     m1, m2 = rounds["r1"][2], rounds["r2"][2]
     assert m2["expert_slots"] > 3 * m1["expert_slots"] and m2["expert_hit_rate"] > m1["expert_hit_rate"] + 0.08
     speedup = m2["decode_tok_s"] / m1["decode_tok_s"]
-    assert measured["r2_decode_tok_s"] / measured["r1_decode_tok_s"] * 0.95 < speedup < 1.82 * 1.07
+    single = measured["strata_parallel_slots.csv 1 single_stream_decode_tok_s"]
+    assert single / measured["strata_gen3_5090.csv round1_decode_tok_s"] * 0.95 < speedup < 1.82 * 1.07
 
 
 @pytest.mark.parametrize("by,lo,hi", [("pcie_spill", 0, 0), ("pcie_spill", 0, 0.5), ("pcie_spill", 0.5, 3),
@@ -74,14 +82,14 @@ def test_buckets_reproduce_the_cliffs_plateau_and_jump(rounds, measured, by, lo,
 
 
 def test_the_shape_cliff_plateau_cliff_and_the_hit_rate_gear_change(rounds):
-    b = {bucket_key(r["bucket_by"], r["low_pct"], r["high_pct"]): r["decode_tok_s"]
+    b = {(r["bucket_by"], r["low_pct"], r["high_pct"]): r["decode_tok_s"]
          for r in spill_buckets(rounds["r1"][1] + rounds["r2"][1])}
-    none, tiny, plateau, heavy = (b["pcie_spill_0_0"], b["pcie_spill_0_0.5"], b["pcie_spill_0.5_3"],
-                                  b["pcie_spill_5_up"])
+    none, tiny, plateau, heavy = (b["pcie_spill", 0, 0], b["pcie_spill", 0, 0.5], b["pcie_spill", 0.5, 3],
+                                  b["pcie_spill", 5, None])
     assert tiny < 0.75 * none  # the first cliff: any spill at all
     assert abs(plateau / tiny - 1) < 0.12  # the plateau: more spill costs little more
     assert heavy < 0.75 * plateau  # the second cliff: transfer-bound
-    assert b["hit_rate_95_99"] > 1.5 * b["hit_rate_90_95"]  # a gear change, not a ramp
+    assert b["hit_rate", 95, 99] > 1.5 * b["hit_rate", 90, 95]  # a gear change, not a ramp
 
 
 def test_gpu_looks_busy_while_stalled_and_energy_per_token_falls_without_the_tenant(rounds):
@@ -113,30 +121,3 @@ def test_sim_run_text_names_the_cache_and_the_buckets():
     r = CliRunner().invoke(main, ["run", GEN3, "--set", "serve.requests=20"], catch_exceptions=False)
     assert r.exit_code == 0
     assert "expert cache 578" in r.stdout and "coverage 23.5%" in r.stdout and "pcie_spill" in r.stdout
-
-
-def test_fit_moe_writes_a_calibration_the_scenario_can_use(tmp_path):
-    out = tmp_path / "moe.yaml"
-    r = CliRunner().invoke(main, ["fit-moe", GEN3, "--tables", CALIBRATION, "--requests", "20", "--max-evals", "3",
-                                  "--out", str(out), "--json"], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    fit = json.loads(r.stdout)
-    assert {"models.moe125b.moe.routing.exponent", "machines.strata_box.engine.step.graph_break_s"} <= set(
-        fit["parameters"])
-    names = {t["target"] for t in fit["targets"]}
-    assert {"r1_hit_rate_median", "r1_decode_tok_s", "pcie_spill_0_0.5", "hit_rate_95_99"} <= names
-    text = out.read_text()
-    assert text.startswith("# MoE routing") and "sim fit-moe" in text and "held_reason" in text
-    scn, _ = load_scenario(GEN3, [f"calibrations=[{out}]"])
-    assert scn.machines["strata_box"].engine.power.stalled_w > 0
-
-
-def test_fit_moe_names_a_missing_measurement(tmp_path):
-    for name in ("strata_gen3_5090.csv", "strata_parallel_slots.csv", "strata_spill_buckets.csv"):
-        text = open(os.path.join(CALIBRATION, name), encoding="utf-8").read()
-        if name == "strata_gen3_5090.csv":
-            text = "\n".join(line for line in text.splitlines() if not line.startswith("round1_decode_tok_s"))
-        (tmp_path / name).write_text(text)
-    r = CliRunner().invoke(main, ["fit-moe", GEN3, "--tables", str(tmp_path), "--requests", "20", "--max-evals", "1"])
-    assert r.exit_code == 2
-    assert "round1_decode_tok_s" in r.stderr and "missing" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -40,7 +40,11 @@ def test_validate_fails_when_a_mechanism_is_broken(tmp_path):
 
     for part in ("scenarios", "calibration"):
         shutil.copytree(f"{ROOT}/{part}", tmp_path / part)
+    import yaml
+
     cal = tmp_path / "calibration" / "strata_moe.yaml"
-    cal.write_text(cal.read_text().replace("step.dense_s: 0.008039", "step.dense_s: 0.08039"))
+    data = yaml.safe_load(cal.read_text())
+    data["parameters"]["machines.strata_box.engine.step.dense_s"] *= 10
+    cal.write_text(yaml.safe_dump(data))
     r = CliRunner().invoke(main, ["validate", "--root", str(tmp_path), "--only", "concurrency"])
     assert r.exit_code == 1 and "OUTSIDE" in r.output

@@ -1,0 +1,71 @@
+"""The shipped MoE calibrations are what `sim calibrate` writes: each file's header names the command that wrote it
+(the README gives the same), and the current code, evaluated at the file's own values with the fit's common random
+numbers, simulates every residual the file records. The full search (minutes) is
+`benchmarks/reproduce_calibrations.py`."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import numpy as np
+import pytest
+import yaml
+from conftest import CALIBRATION, ROOT
+
+from sim.calibrate import Problem, build_problem, held_sets, jacobian, standard_errors
+from sim.scenario import read_calibrate
+
+FILES = ("strata_moe.yaml", "basalt_moe.yaml")
+
+
+def header_command(name: str) -> list[str]:
+    with open(os.path.join(CALIBRATION, name), encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    assert lines[0].startswith("# Written by `sim calibrate`")
+    return shlex.split(lines[1].removeprefix("#").strip())
+
+
+def options(args: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for flag, value in zip(args[2::2], args[3::2], strict=True):
+        out.setdefault(flag, []).append(value)
+    return out
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_readme_gives_the_command_that_wrote_each_calibration(name):
+    args = header_command(name)
+    assert args[:2] == ["sim", "calibrate"] and options(args)["--out"] == [f"calibration/{name}"]
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        assert " ".join(args) in fh.read()
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_each_shipped_calibration_is_what_the_code_simulates_at_its_values(name, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the command's paths are from the project root
+    opts = options(header_command(name))
+    scenario, out = opts["--scenario"][0], opts["--out"][0]
+    seed = int(opts.get("--seed", ["0"])[0])
+    cal_file = yaml.safe_load(open(out, encoding="utf-8"))
+    cal = read_calibrate(scenario)
+    assert cal_file["fitted"] == list(cal.free) and set(cal_file["parameters"]) == set(cal.free) | set(cal.held)
+    assert len(cal_file["log_cov"]) == len(cal.free)
+    fixed = held_sets(cal)
+    targets, obs = build_problem(scenario, cal, opts.get("--log", []), opts.get("--table", []))
+    problem = Problem(scenario, targets, obs, fixed, seed, out)
+    values = problem.values([f"{n}={cal_file['parameters'][n]!r}" for n in cal_file["fitted"]])
+    recorded = {r["target"]: r for r in cal_file["residuals"]}
+    assert set(recorded) == {t.name for t in targets}
+    for t, v in zip(targets, values, strict=True):
+        assert recorded[t.name]["simulated"] == pytest.approx(v, rel=1e-5, abs=1e-9), t.name
+        assert recorded[t.name]["role"] == t.role
+    # the standard errors are what the Jacobian at these values gives
+    names = cal_file["fitted"]
+    x = np.log([cal_file["parameters"][n] for n in names])
+    lo, hi = (np.log([cal_file["bounds"][n][i] for n in names]) for i in (0, 1))
+    r0, jac = jacobian(problem, names, x, hi)
+    log_sd, _, warnings = standard_errors(problem, names, x, lo, hi, jac, r0)
+    for n, sd in zip(names, log_sd, strict=True):
+        assert cal_file["log_sd"][n] == pytest.approx(float(sd), rel=1e-3), n
+    assert set(warnings) <= set(cal_file["warnings"])

@@ -240,7 +240,7 @@ def soft_l1(r: np.ndarray) -> float:
     return float(np.sum(2 * (np.sqrt(1 + r * r) - 1)))
 
 
-def _free_start(path: str, cal: Calibrate, before: list[str], overrides: list[str]) -> list[float]:
+def _free_start(path: str, cal: Calibrate, before: list[str]) -> list[float]:
     """Starting values: each free parameter's declared start, else the value the scenario (with its calibrations)
     gives it; each checked to be a positive real the scenario accepts."""
     raw: dict | None = None
@@ -375,7 +375,7 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
     path_warnings = _check_paths(path, cal)
     fixed = [*held_sets(cal), *overrides]
     before = [*without_calibration(path, exclude), *fixed]
-    x = np.log(_free_start(path, cal, before, overrides))
+    x = np.log(_free_start(path, cal, before))
     lo = np.log([cal.free[n].lo for n in names])
     hi = np.log([cal.free[n].hi for n in names])
 

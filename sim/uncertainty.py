@@ -32,9 +32,7 @@ def calibrated_parameters(path: str, overrides: list[str]
     """Names, log means (the values the run really uses) and log covariance of the parameters of the scenario's
     ``sim calibrate`` files that can be drawn; the names that cannot (no standard error, or set with --set); and the
     log-space bounds the fit searched (rows of lo, hi; infinite where the file names none)."""
-    from .scenario import get_dotted
-
-    _, raw = load_scenario(path, overrides)
+    scn, raw = load_scenario(path, overrides)
     base = os.path.dirname(os.path.abspath(path))
     fixed = {o.split("=", 1)[0].strip() for o in overrides}
     names: list[str] = []
@@ -56,34 +54,26 @@ def calibrated_parameters(path: str, overrides: list[str]
         cov = _matrix(cal_path, cal["log_cov"], len(order))
         keep = []
         for i, name in enumerate(order):
-            found, value = get_dotted(raw, name)
             if name in fixed or name in names or not np.isfinite(cov[i, i]):
                 held.append(name)
                 continue
-            number = number_at(value) if found else None
-            if number is None or number <= 0:
-                raise ScenarioError(cal_path, f"parameters.{name}", "a positive number the scenario uses")
             keep.append(i)
             names.append(name)
-            means.append(math.log(number))  # the value this run uses (a scenario value or earlier file wins)
+            # the value this run uses (a scenario value or earlier file wins)
+            means.append(_log_value(raw, name, cal_path, f"parameters.{name}"))
             bounds.append(_bounds(cal_path, cal.get("bounds"), name))
         sub = cov[np.ix_(keep, keep)]
         if sub.size and (not np.allclose(sub, sub.T, atol=1e-12) or np.linalg.eigvalsh(sub).min() < -1e-9 *
                          max(float(np.abs(sub).max()), 1e-300)):
             raise ScenarioError(cal_path, "log_cov", "a symmetric positive semi-definite matrix")
         blocks.append(sub)
-    spread = load_scenario(path, overrides)[0].uncertainty
     extra = []
-    for name, sp in spread.items():
-        found, value = get_dotted(raw, name)
+    for name, sp in scn.uncertainty.items():
         if name in fixed or name in names:
             held.append(name)
             continue
-        number = number_at(value) if found else None
-        if number is None or number <= 0:
-            raise ScenarioError(path, f"uncertainty.{name}", "a path holding a positive number the scenario uses")
         names.append(name)
-        means.append(math.log(number))
+        means.append(_log_value(raw, name, path, f"uncertainty.{name}"))
         bounds.append((-math.inf, math.inf))
         extra.append(sp.log_sd ** 2)
     if extra:
@@ -98,6 +88,17 @@ def calibrated_parameters(path: str, overrides: list[str]
         cov[at:at + len(blk), at:at + len(blk)] = blk
         at += len(blk)
     return names, np.array(means), cov, held, np.array(bounds)
+
+
+def _log_value(raw: dict, name: str, source: str, key: str) -> float:
+    """log of the positive number the scenario uses at ``name``; one line naming ``key`` otherwise."""
+    from .scenario import get_dotted
+
+    found, value = get_dotted(raw, name)
+    number = number_at(value) if found else None
+    if number is None or number <= 0:
+        raise ScenarioError(source, key, "a path holding a positive number the scenario uses")
+    return math.log(number)
 
 
 def _bounds(cal_path: str, table, name: str) -> tuple[float, float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
 import numpy as np
 import pytest
@@ -283,3 +284,31 @@ def test_replicas_compare_a_request_with_the_median_of_its_copies(synthetic):
     for key in ("decode_tok_s", "expert_hit_rate", "pcie_share", "ttft_s"):
         assert median[key] == pytest.approx(float(np.median([c[key] for c in copies])))
     assert len({c["decode_tok_s"] for c in copies}) > 1  # the copies do differ: the median is not trivially one
+
+
+def test_standard_errors_follow_each_inputs_own_agreement_and_the_robust_weights():
+    """Residuals in tolerance units: an input of many cells that agrees ten times better than its tolerance pins a
+    parameter about ten times tighter; an input of one cell keeps its tolerance; a far-off cell, which the soft-L1 fit
+    down-weights, narrows the errors less than a plain least-squares count would say."""
+    from types import SimpleNamespace
+
+    from sim.calibrate import standard_errors
+    from sim.targets import Target
+
+    def problem(groups: list[str]) -> SimpleNamespace:
+        return SimpleNamespace(fit=[Target(f"c{i}", g, 1.0, "rate", 0.1, "m", ()) for i, g in enumerate(groups)])
+
+    lo, hi, x = np.log([1e-3]), np.log([1.0]), np.log([0.1])
+    jac = np.ones((40, 1))
+    tight = standard_errors(problem(["a"] * 40), ["p"], x, lo, hi, jac, np.full(40, 0.1))[0][0]
+    loose = standard_errors(problem(["a"] * 40), ["p"], x, lo, hi, jac, np.full(40, 1.0))[0][0]
+    # 40 cells, 39 degrees of freedom, shrunk toward 1 with 2 cells' weight: sigma^2 = (39 * 0.01 + 2) / 41 and
+    # (39 * 1 + 2) / 41 = 1; soft-L1 weights (1 + (r / sigma)^2)^(-1/4); sd = sigma / (weight * sqrt(40))
+    sigma = math.sqrt((39 * 0.01 + 2) / 41)
+    expected = (1 / 2 ** -0.25) / (sigma / (1 + (0.1 / sigma) ** 2) ** -0.25)
+    assert loose / tight == pytest.approx(expected, rel=1e-9) and loose / tight > 4
+    single = standard_errors(problem(["b"]), ["p"], x, lo, hi, np.ones((1, 1)), np.array([0.01]))[0][0]
+    assert single == pytest.approx(1.0, rel=1e-3)  # one cell: its tolerance is its noise, however well it agrees
+    near = standard_errors(problem(["b"]), ["p"], x, lo, hi, np.ones((1, 1)), np.array([0.0]))[0][0]
+    far = standard_errors(problem(["b"]), ["p"], x, lo, hi, np.ones((1, 1)), np.array([5.0]))[0][0]
+    assert far > 2 * near  # an outlier weighs less

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_moe_serve import moe_raw
 
 from sim.calibrate import Observation, calibrate, simulate
@@ -312,3 +314,47 @@ def test_standard_errors_follow_each_inputs_own_agreement_and_the_robust_weights
     near = standard_errors(problem(["b"]), ["p"], x, lo, hi, np.ones((1, 1)), np.array([0.0]))[0][0]
     far = standard_errors(problem(["b"]), ["p"], x, lo, hi, np.ones((1, 1)), np.array([5.0]))[0][0]
     assert far > 2 * near  # an outlier weighs less
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=30))
+def test_measured_values_either_read_finite_numbers_or_say_why_in_one_line(text):
+    from sim.errors import ScenarioError
+    from sim.targets import measured_values
+
+    try:
+        values = measured_values(text, "t.csv", "row 1.value")
+    except ScenarioError as exc:
+        assert str(exc).startswith("t.csv: row 1.value: ") and "\n" not in str(exc)
+    else:
+        assert values and all(math.isfinite(v) for v in values)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(0.001, 1e6), st.floats(0.001, 1e6))
+def test_measured_ranges_and_runs_read_back(a, b):
+    from sim.targets import measured_values
+
+    lo, hi = sorted((a, b))
+    assert measured_values(f"{lo!r}-{hi!r}", "t", "k") == [lo, hi]
+    assert measured_values(f"{a!r};{b!r}", "t", "k") == [a, b]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["pcie_spill", "hit_rate", "x", ""]),
+                          *[st.sampled_from(["", "0", "5", "-1", "0.5", "x", "nan", "1e3", "up", "3-4"])] * 3),
+                max_size=4))
+def test_a_malformed_bucket_table_is_a_one_line_error(tmp_path_factory, rows):
+    from sim.errors import ScenarioError
+    from sim.scenario import Calibrate
+    from sim.targets import TargetBuilder
+
+    path = tmp_path_factory.mktemp("b") / "b.csv"
+    path.write_text("bucket_by,low_pct,high_pct,decode_tok_s\n" + "\n".join(",".join(r) for r in rows) + "\n")
+    cal = Calibrate.model_validate({"tables": {"b.csv": {"kind": "buckets"}}})
+    try:
+        targets = TargetBuilder("s.yaml", cal, "s.yaml").table(str(path))
+    except ScenarioError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert all(t.measured > 0 for t in targets)

@@ -471,22 +471,29 @@ def in_bucket(pct: np.ndarray, lo: float, hi: float | None) -> np.ndarray:
     return upper & ((pct > 0) if lo == 0 else (pct >= lo))
 
 
-def bucket_requests(recs: list[RequestRecord], by: str, lo: float, hi: float | None) -> tuple[int, float | None]:
-    """(count, mean per-request decode tok/s) of the served requests in one bucket: ``by`` is ``pcie_spill`` (cut as
-    :func:`in_bucket`) or ``hit_rate`` ([lo, hi) percent)."""
+def bucket_arrays(recs: list[RequestRecord]) -> dict[str, np.ndarray]:
+    """Per served request: spill share and hit rate (percent) and decode tok/s, for :func:`bucket_requests`."""
     served = [r for r in recs if r.end in ("stop", "length")]
-    pct = np.array([(r.pcie_share if by == "pcie_spill" else r.hit_rate) * 100 for r in served])
+    return {"pcie_spill": np.array([r.pcie_share * 100 for r in served]),
+            "hit_rate": np.array([r.hit_rate * 100 for r in served]),
+            "decode_tok_s": np.array([r.decode_tok_s for r in served])}
+
+
+def bucket_requests(arrays: dict[str, np.ndarray], by: str, lo: float, hi: float | None) -> tuple[int, float | None]:
+    """(count, mean per-request decode tok/s) of the requests in one bucket: ``by`` is ``pcie_spill`` (cut as
+    :func:`in_bucket`) or ``hit_rate`` ([lo, hi) percent)."""
+    pct = arrays[by]
     mask = in_bucket(pct, lo, hi) if by == "pcie_spill" else (pct >= lo) & (pct < (hi if hi is not None else np.inf))
-    rate = np.array([r.decode_tok_s for r in served])
-    return int(mask.sum()), (float(rate[mask].mean()) if mask.any() else None)
+    return int(mask.sum()), (float(arrays["decode_tok_s"][mask].mean()) if mask.any() else None)
 
 
 def spill_buckets(all_recs: list[RequestRecord]) -> list[dict]:
     """Served requests bucketed by PCIe spill share and by hit rate (percent), as ``strata_spill_buckets.csv`` is:
     count and mean per-request decode tok/s of each bucket."""
+    arrays = bucket_arrays(all_recs)
     rows = []
     for by, lo, hi in BUCKETS:
-        n, rate = bucket_requests(all_recs, by, lo, hi)
+        n, rate = bucket_requests(arrays, by, lo, hi)
         rows.append({"bucket_by": by, "low_pct": lo, "high_pct": hi, "requests": n, "decode_tok_s": rate})
     return rows
 

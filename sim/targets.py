@@ -300,12 +300,12 @@ def check_metrics(targets: list[Target], runs: Runs) -> None:
 
 def simulated(t: Target, runs: Runs) -> float:
     """The simulated value of a target from the runs of one evaluation (NaN: the run has no such figure)."""
-    from .moe_serve import bucket_requests
+    from .moe_serve import bucket_arrays, bucket_requests
 
     if t.how == "bucket":
         recs = [r for e in t.experiments for r in runs.results[e.key][1]]
         _, by, lo, hi = t.metric.split(":")
-        _, rate = bucket_requests(recs, by, float(lo), float(hi) if hi else None)
+        _, rate = bucket_requests(bucket_arrays(recs), by, float(lo), float(hi) if hi else None)
         return float("nan") if rate is None else rate
 
     def metric(exp: Experiment) -> float:

@@ -24,9 +24,10 @@ the result depends only on the scenario, the inputs and the seed.
 
 Standard errors come from the Jacobian at the solution (finite steps of 0.05 in log space: a parameter's ``log_sd``
 is its relative uncertainty). Residuals are in tolerance units, so each cell's noise is about its tolerance; each
-input (a table, or one observable of a log) estimates its own from its residuals at the solution, shrunk toward the
-tolerance (the more cells, the less; floored at a tenth of the tolerance), so data that agree better than claimed are
-trusted more and data that agree worse less; rows are weighted as the robust loss weighs them. A parameter whose
+input (a table, or one observable of a log) estimates its own as its residuals' mean square over its degrees of
+freedom, shrunk toward the tolerance with the weight of two cells (floored at a tenth of the tolerance), so data that
+agree better than claimed are trusted more and data that agree worse less; rows are weighted as the soft-L1 fit
+weighs them. A parameter whose
 column of the Jacobian is flat, that only a combination pins down, or whose
 relative standard error exceeds 100% is flagged. The calibration file keeps the log-space covariance of the fitted
 parameters, which ``sim run --uncertainty N`` samples from.
@@ -61,6 +62,7 @@ SIGMA_FLOOR = 0.1  # tolerance units: no input is trusted beyond a tenth of its 
 PRIOR_DOF = 2.0  # an input's noise estimate is shrunk toward its tolerance as if the tolerance were 2 more cells
 SIMPLEX_STEP = 0.1  # log space: Nelder-Mead's first moves change each value by about 10% (or a quarter of its box)
 REPLAY = "requests"
+ALIASES = {"hit_rate": "expert_hit_rate"}  # the column name of requests.csv (sim run --out) and of request tables
 
 
 # What an engine's logged PCIe share counts, over routed experts. Strata: "more read by the GPU over PCIe or from
@@ -127,6 +129,7 @@ def observations(logs: list[str], tables: list[str]) -> list[Observation]:
         prompt, output = _num(r.get("prompt_tokens")), _num(r.get("output_tokens"))
         if prompt is None or output is None or output < 1:
             continue  # statistics lines and partial rows carry no request to replay
+        r = {ALIASES.get(k, k): v for k, v in r.items()}
         measured = {k: v for k in (*RATES, *SHARES) if (v := _num(r.get(k))) is not None}
         cached = _num(r.get("cached_tokens")) or 0
         acc = _num(r.get("acceptance"))
@@ -265,6 +268,9 @@ def _free_start(path: str, cal: Calibrate, before: list[str]) -> list[float]:
                                     f"{str(value)[:40]!r})")
         else:
             v = fp.start
+            if not fp.lo <= v <= fp.hi:
+                raise ScenarioError(path, f"calibrate.free.{name}.start", f"a value within [lo, hi] = [{fp.lo:g}, "
+                                    f"{fp.hi:g}] (it is {v:g})")
         start.append(min(max(v, fp.lo), fp.hi))
     sets = [f"{n}={v:.8g}" for n, v in zip(cal.free, start, strict=True)]
     for i, (name, fp) in enumerate(cal.free.items()):
@@ -402,7 +408,11 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
         n_starts = starts if starts is not None else max(8, 2 ** math.ceil(math.log2(4 * k)))
         candidates = [np.clip(x[idx], lo[idx] + 1e-9, hi[idx] - 1e-9)]
         if n_starts > 0:
-            sobol = qmc.Sobol(k, seed=seed).random(n_starts)
+            from warnings import catch_warnings, simplefilter
+
+            with catch_warnings():  # any count is fine here: balance properties are not relied on
+                simplefilter("ignore", UserWarning)
+                sobol = qmc.Sobol(k, seed=seed).random(n_starts)
             candidates += list(lo[idx] + sobol * (hi[idx] - lo[idx]))
         scored = [(robust(c), i) for i, c in enumerate(candidates)]
         best_cost, best_i = min(scored)
@@ -463,19 +473,19 @@ def standard_errors(problem: Problem, names: list[str], x: np.ndarray, lo: np.nd
     Each input's noise (in tolerance units) is its residuals' mean square over its degrees of freedom, shrunk toward
     1 (the tolerance) with the weight of ``PRIOR_DOF`` cells: an input with few cells keeps about its tolerance, one
     with many speaks for itself. Rows are then weighted as the soft-L1 loss weighs them at the solution
-    (``(1 + r^2)^(-1/2)`` in the normal equations), so a cell the fit treats as an outlier does not narrow the
-    errors either."""
+    (``(1 + r^2)^(-1/2)`` in the normal equations, r in tolerance units), so a cell the fit treats as an outlier
+    does not narrow the errors either."""
     m, k = jac.shape
     groups = [t.source + ("" if t.how != "request" else " " + t.metric.rsplit(":", 1)[1]) for t in problem.fit]
     sigma = np.ones(m)
     for g in set(groups):
         rows_g = np.array([q == g for q in groups])
         n_g = int(rows_g.sum())
-        dof = max(n_g - k * n_g / m, 0.0)
-        var = (float(r[rows_g] @ r[rows_g]) * dof / max(n_g, 1) + PRIOR_DOF) / (dof + PRIOR_DOF)
+        dof = max(n_g - k * n_g / m, 0.0)  # its share of the fit's degrees of freedom
+        # (dof * s^2 + PRIOR_DOF * 1) / (dof + PRIOR_DOF), s^2 = rss / dof: its mean square, shrunk toward 1
+        var = (float(r[rows_g] @ r[rows_g]) + PRIOR_DOF) / (dof + PRIOR_DOF)
         sigma[rows_g] = max(math.sqrt(var), SIGMA_FLOOR)
-    z = (r / sigma) ** 2
-    jw = jac / sigma[:, None] * ((1 + z) ** -0.25)[:, None]
+    jw = jac / sigma[:, None] * ((1 + r * r) ** -0.25)[:, None]  # the fit's soft-L1 weights, from its residuals
     warnings = []
     if m < k:
         warnings.append(f"{m} measured cells for {k} parameters: the fit is under-determined")
@@ -505,7 +515,7 @@ def standard_errors(problem: Problem, names: list[str], x: np.ndarray, lo: np.nd
 
 
 def _row(t: Target, sim: float) -> dict:
-    err = cell_error(t.kind, t.measured, sim)  # against the mean of a range, as the fit sees it
+    err = cell_error(t.kind, t.measured, sim, t.lo, t.hi)  # a range: from its nearer edge, as validate judges it
     row = {"target": t.name, "role": t.role, "measured": float(t.measured), "simulated": float(sim),
            "error": float(err), "tolerance": t.tolerance, "kind": t.kind}
     if t.lo is not None:
@@ -553,10 +563,14 @@ def calibration_yaml(res: CalibrationResult, command: str) -> str:
     return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=120)
 
 
+def _sd(log_sd: float) -> str:
+    return f"{log_sd:.1%}" if math.isfinite(log_sd) else "none (not pinned down)"
+
+
 def report_markdown(res: CalibrationResult, command: str, plot: str | None) -> str:
     lines = ["# Calibration report", "", f"`{command}`", "", "| parameter | value | unit | relative standard error |",
              "|---|---|---|---|"]
-    lines += [f"| `{n}` | {v:.6g} | {res.units.get(n, '')} | {res.log_sd[n]:.1%} |" for n, v in res.parameters.items()]
+    lines += [f"| `{n}` | {v:.6g} | {res.units.get(n, '')} | {_sd(res.log_sd[n])} |" for n, v in res.parameters.items()]
     if res.held:
         lines += ["", "| held | value | unit | why |", "|---|---|---|---|"]
         lines += [f"| `{n}` | {v:.6g} | {res.units.get(n, '')} | {res.held_reason.get(n, '')} |"
@@ -567,7 +581,7 @@ def report_markdown(res: CalibrationResult, command: str, plot: str | None) -> s
     for r in res.residuals:
         share = r["kind"] == "share"
         err = f"{r['error'] * 100:+.2f} pts" if share else f"{r['error']:+.1%}"
-        tol = f"{r['tolerance'] * 100:g} pts" if share else f"{r['tolerance']:.0%}"
+        tol = f"{r['tolerance'] * 100:g} pts" if share else f"{r['tolerance'] * 100:.3g}%"
         meas = f"{r['measured']:.4g}" if "measured_lo" not in r else f"{r['measured_lo']:.4g}-{r['measured_hi']:.4g}"
         flag = " **outside**" if outside(r) else ""
         lines.append(f"| {r['target']} | {r['role']} | {meas} | {r['simulated']:.4g} | {err}{flag} | {tol} |")

@@ -33,6 +33,7 @@ def calibration_yaml(result: FitResult, scenario: str, tables: list[str], out_fi
         "exactly_determined": result.exactly_determined,
         "held_fixed_by_scenario": result.held_fixed,
         "degrees_of_freedom": result.dof,
-        "residuals": [{k: v for k, v in r.items() if k != "source"} for r in result.residuals],
+        "residuals": [{k: (v + 0.0 if isinstance(v, float) else v) for k, v in r.items() if k != "source"}
+                      for r in result.residuals],  # + 0.0: no negative zeros
     }
     return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=120)

@@ -1,9 +1,11 @@
-"""Command line: ``sim run``, ``sim breakeven``, ``sim fit-loading``, ``sim schema``. Thin: parse, call, print."""
+"""Command line: ``sim run``, ``sim breakeven``, ``sim logs``, ``sim calibrate``, ``sim validate``, ``sim fit-loading``,
+``sim schema``. Thin: parse, call, print."""
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sys
 
@@ -99,7 +101,8 @@ def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, ove
         if as_json:
             click.echo(dumps(result), nl=False)
             return
-        click.echo(f"{uncertainty} runs, parameters drawn from their fitted distribution: "
+        click.echo(f"{uncertainty} runs, parameters drawn from the calibrations' fitted distribution and the "
+                   "scenario's input scatter: "
                    f"{', '.join(result['parameters'])}" + (f"; held (no standard error, or --set): "
                                                           f"{', '.join(result['held'])}" if result["held"] else ""))
         for key, v in result["metrics"].items():
@@ -244,6 +247,13 @@ def calibrate(scenario: str, logs: tuple[str, ...], tables: tuple[str, ...], ove
 
     if not logs and not tables:
         raise click.UsageError("give at least one --log or --table")
+    folder = os.path.dirname(os.path.abspath(out_file))  # found out before a fit of minutes, not after it
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        pass
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise ScenarioError("--out", out_file, "a file in a folder that exists, or can be made, and is writable")
     res = run_calibrate(scenario, list(logs), list(tables), seed, list(overrides), max_evals, starts, out_file,
                         log=lambda msg: click.echo(msg, err=True))
     import shlex
@@ -268,7 +278,9 @@ def calibrate(scenario: str, logs: tuple[str, ...], tables: tuple[str, ...], ove
         click.echo(f"sim: warning: and {len(missed) - 5} more cells outside their tolerance ({stem}_report.md marks "
                    "them)", err=True)
     for name, value in res.parameters.items():
-        click.echo(f"{name} = {value:.6g} (relative standard error {res.log_sd[name]:.1%})")
+        sd = res.log_sd[name]
+        click.echo(f"{name} = {value:.6g} (relative standard error "
+                   f"{format(sd, '.1%') if math.isfinite(sd) else 'none: not pinned down'})")
     click.echo(f"{len(res.residuals)} observations, {res.evaluations} simulations; report {stem}_report.md")
 
 
@@ -296,7 +308,8 @@ def validate(root: str, groups: tuple[str, ...], as_json: bool) -> None:
             unit = "%" if c.kind != "share" else " pts"
             err = c.error * 100
             note = f"  {c.info}" if c.info else ""
-            click.echo(f"{c.status:<8}{c.table:<28}{c.cell:<48}{c.measured:>12.4g}{c.simulated:>12.4g}"
+            measured = f"{c.measured:.4g}" if c.lo is None else f"{c.lo:.4g}-{c.hi:.4g}"
+            click.echo(f"{c.status:<8}{c.table:<28}{c.cell:<48}{measured:>12}{c.simulated:>12.4g}"
                        f"{err:>+9.1f}{unit} (tolerance {c.tolerance * 100:g}{unit}){note}")
         for name, why in NOT_CHECKED.items():
             click.echo(f"{'-':<8}{name:<28}{why}")

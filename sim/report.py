@@ -195,8 +195,8 @@ def breakeven_text(r: dict) -> str:
     u = r.get("uncertainty")
     if u:
         lines += ["", f"  over {u['draws']} draws of {', '.join(u['parameters'])}:"]
-        for key, label in (("breakeven_tokens", "break-even"), ("clear_win_tokens", "clear win of the faster decoder "
-                                                                                    "from")):
+        for key, label in (("breakeven_tokens", "break-even"),
+                           ("clear_win_tokens", f"{u['clear_win_machine']} wins clearly from")):
             q = u[key]
             never = f"; never in {q['never_share']:.0%} of draws" if q["never_share"] > 0 else ""
             lines.append(f"    {label}: {_tok(q['median'])} tokens (90% interval {_tok(q['p5'])} to "

@@ -192,6 +192,11 @@ class TargetBuilder:
     def _rows(self, name: str, path: str, rows: list[dict], spec: TableMap, key: str) -> list[Target]:
         if not spec.row_key:
             raise ScenarioError(self.where, f"{key}.row_key", "the column naming each row")
+        names = {(row.get(spec.row_key) or "").strip() for row in rows}
+        for rkey in spec.row_variant:
+            if rkey not in names:
+                raise ScenarioError(self.where, f"{key}.row_variant.{rkey}", f"a row of {name} (its {spec.row_key} "
+                                    f"column holds {sorted(names)})")
         out = []
         seen: set[str] = set()
         for line, row in enumerate(rows, start=1):
@@ -217,6 +222,10 @@ class TargetBuilder:
         return out
 
     def _buckets(self, name: str, path: str, rows: list[dict], spec: TableMap, key: str) -> list[Target]:
+        columns = ("bucket_by", "low_pct", "high_pct", "decode_tok_s")
+        if rows and not set(columns) <= set(rows[0]):
+            raise ScenarioError(path, "", f"a buckets table: columns {', '.join(columns)} (a blank high_pct: no "
+                                "upper edge)")
         exps = tuple(self.experiment(v, f"{key}.pool", spec.set) for v in spec.pool)
         out = []
         for line, row in enumerate(rows, start=1):

@@ -46,7 +46,7 @@ class Cell:
     def as_dict(self) -> dict:
         return {"table": self.table, "cell": self.cell, "measured": self.measured, "simulated": self.simulated,
                 "error": self.error, "tolerance": self.tolerance, "kind": self.kind, "status": self.status,
-                "note": self.info or None}
+                "measured_lo": self.lo, "measured_hi": self.hi, "note": self.info or None}
 
 
 def loading_cells(root: str) -> list[Cell]:

@@ -304,10 +304,10 @@ def test_standard_errors_follow_each_inputs_own_agreement_and_the_robust_weights
     jac = np.ones((40, 1))
     tight = standard_errors(problem(["a"] * 40), ["p"], x, lo, hi, jac, np.full(40, 0.1))[0][0]
     loose = standard_errors(problem(["a"] * 40), ["p"], x, lo, hi, jac, np.full(40, 1.0))[0][0]
-    # 40 cells, 39 degrees of freedom, shrunk toward 1 with 2 cells' weight: sigma^2 = (39 * 0.01 + 2) / 41 and
-    # (39 * 1 + 2) / 41 = 1; soft-L1 weights (1 + (r / sigma)^2)^(-1/4); sd = sigma / (weight * sqrt(40))
-    sigma = math.sqrt((39 * 0.01 + 2) / 41)
-    expected = (1 / 2 ** -0.25) / (sigma / (1 + (0.1 / sigma) ** 2) ** -0.25)
+    # 40 cells, 39 degrees of freedom, their mean square shrunk toward 1 with 2 cells' weight: sigma^2 =
+    # (40 * 0.01 + 2) / 41 and (40 + 2) / 41; soft-L1 weights (1 + r^2)^(-1/4); sd = sigma / (weight * sqrt(40))
+    tight_sigma, loose_sigma = math.sqrt((40 * 0.01 + 2) / 41), math.sqrt(42 / 41)
+    expected = (loose_sigma / 2 ** -0.25) / (tight_sigma / 1.01 ** -0.25)
     assert loose / tight == pytest.approx(expected, rel=1e-9) and loose / tight > 4
     single = standard_errors(problem(["b"]), ["p"], x, lo, hi, np.ones((1, 1)), np.array([0.01]))[0][0]
     assert single == pytest.approx(1.0, rel=1e-3)  # one cell: its tolerance is its noise, however well it agrees
@@ -358,3 +358,38 @@ def test_a_malformed_bucket_table_is_a_one_line_error(tmp_path_factory, rows):
         assert "\n" not in str(exc)
     else:
         assert all(t.measured > 0 for t in targets)
+
+
+def test_table_map_and_input_mistakes_found_before_any_fit(tables, tmp_path):
+    """A bucket table without its high_pct column, a row_variant naming no row, a start outside its bounds, an
+    --out that cannot be written: each a one-line error, found before the fit."""
+    from sim.errors import ScenarioError
+    from sim.scenario import read_calibrate
+    from sim.targets import TargetBuilder
+
+    folder, _, paths = tables
+    b = write_csv(tmp_path / "b.csv", "bucket_by,low_pct,decode_tok_s", ["hit_rate,90,100"])
+    scenario = table_scenario(tmp_path, 1e-3)
+    with pytest.raises(ScenarioError, match="high_pct"):
+        TargetBuilder(scenario, read_calibrate(scenario), scenario).table(b)
+    rows_map = {"kind": "rows", "row_key": "acceptance", "row_variant": {"55": "confident"},
+                "cells": {"decode_tok_s": {"metric": "decode_tok_s", "tolerance": 0.1}}}
+    odd = table_scenario(tmp_path, 1e-3, {"tables": {"rows.csv": rows_map}})
+    with pytest.raises(ScenarioError, match="row_variant.55"):
+        TargetBuilder(odd, read_calibrate(odd), odd).table(paths[1])
+    far = table_scenario(tmp_path, 1e-3, {"free": {ENGINE + "step.dense_s": {"lo": 1e-4, "hi": 0.01, "start": 0.5}}})
+    with pytest.raises(ScenarioError, match="start"):
+        calibrate(far, [], paths, max_evals=0, starts=0)
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    r = CliRunner().invoke(main, ["calibrate", "--scenario", scenario, "--table", paths[0], "--out",
+                                  str(blocker / "fit.yaml")])
+    assert r.exit_code == 2 and "--out" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_request_tables_may_name_the_hit_rate_as_requests_csv_does(tmp_path):
+    from sim.calibrate import observations
+
+    t = write_csv(tmp_path / "r.csv", "prompt_tokens,output_tokens,hit_rate,decode_tok_s", ["100,50,0.9,120"])
+    (o,) = observations([], [t])
+    assert o.measured == {"decode_tok_s": 120.0, "expert_hit_rate": 0.9}

@@ -192,7 +192,7 @@ def request_targets(obs: list[Observation], builder: TargetBuilder, cal: Calibra
             name = f"{o.source} {key}"
             role, note = builder.role(name)
             out.append(Target(name, o.source.split(" row ")[0].rsplit(":", 1)[0], value, spec.kind, spec.tolerance,
-                              f"request:{i}:{key}", (replay,), "request", role=role, note=note))
+                              key, (replay,), "request", role=role, note=note, where=(i,)))
     return out
 
 
@@ -227,8 +227,7 @@ class Problem:
         out = []
         for t in targets:
             if t.how == "request":
-                _, i, key = t.metric.split(":")
-                out.append(float(replayed[int(i)][key]))
+                out.append(float(replayed[t.where[0]][t.metric]))
             else:
                 out.append(simulated(t, runs))
         return out
@@ -286,6 +285,11 @@ def _free_start(path: str, cal: Calibrate, before: list[str]) -> list[float]:
                     raise ScenarioError(path, f"calibrate.free.{key}", f"{what}: {exc.problem}") from None
                 raise
     return start
+
+
+def free_sets(names: list[str], x: np.ndarray) -> list[str]:
+    """Free values at log values ``x`` as ``--set`` strings (6 significant digits: what the file records)."""
+    return [f"{n}={math.exp(v):.6g}" for n, v in zip(names, x, strict=True)]
 
 
 def held_sets(cal: Calibrate) -> list[str]:
@@ -385,10 +389,7 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
     lo = np.log([cal.free[n].lo for n in names])
     hi = np.log([cal.free[n].hi for n in names])
 
-    def sets(xv: np.ndarray) -> list[str]:
-        return [f"{n}={math.exp(v):.6g}" for n, v in zip(names, xv, strict=True)]
-
-    base = load_scenario(path, [*before, *sets(x)])[0]
+    base = load_scenario(path, [*before, *free_sets(names, x)])[0]
     if base.serve is None:
         raise ScenarioError(path, "serve", "a serve section: sim calibrate simulates its engine")
     targets, obs = build_problem(path, cal, logs, tables)
@@ -402,7 +403,7 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
             return out
 
         def robust(sub: np.ndarray) -> float:
-            return soft_l1(problem.residuals(sets(full(sub))))
+            return soft_l1(problem.residuals(free_sets(names, full(sub))))
 
         k = len(idx)
         n_starts = starts if starts is not None else max(8, 2 ** math.ceil(math.log2(4 * k)))
@@ -436,7 +437,7 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
     r0, jac = jacobian(problem, names, x, hi)
     log_sd, cov, warnings = standard_errors(problem, names, x, lo, hi, jac, r0)
     warnings += unmatched_patterns(cal, targets, [*tables, *logs]) + path_warnings
-    values = problem.values(sets(x))
+    values = problem.values(free_sets(names, x))
     rows = [_row(t, s) for t, s in zip(problem.targets, values, strict=True)]
     held = {k: h.value for k, h in cal.held.items()}
     units = {**{k: h.unit for k, h in cal.held.items()}, **{n: cal.free[n].unit for n in names}}
@@ -452,16 +453,13 @@ def jacobian(problem: Problem, names: list[str], x: np.ndarray, hi: np.ndarray) 
     """Residuals at log values ``x`` and their forward-difference Jacobian (steps of 0.05 in log space, backward at
     the upper bound)."""
 
-    def sets(xv: np.ndarray) -> list[str]:
-        return [f"{n}={math.exp(v):.6g}" for n, v in zip(names, xv, strict=True)]
-
-    r0 = problem.residuals(sets(x))
+    r0 = problem.residuals(free_sets(names, x))
     jac = np.zeros((r0.size, len(names)))
     h = 0.05
     for j in range(len(names)):
         step = x.copy()
         step[j] += h if step[j] + h <= hi[j] + 1e-12 else -h
-        jac[:, j] = (problem.residuals(sets(step)) - r0) / (step[j] - x[j])
+        jac[:, j] = (problem.residuals(free_sets(names, step)) - r0) / (step[j] - x[j])
     return r0, jac
 
 
@@ -476,7 +474,7 @@ def standard_errors(problem: Problem, names: list[str], x: np.ndarray, lo: np.nd
     (``(1 + r^2)^(-1/2)`` in the normal equations, r in tolerance units), so a cell the fit treats as an outlier
     does not narrow the errors either."""
     m, k = jac.shape
-    groups = [t.source + ("" if t.how != "request" else " " + t.metric.rsplit(":", 1)[1]) for t in problem.fit]
+    groups = [t.source + ("" if t.how != "request" else " " + t.metric) for t in problem.fit]
     sigma = np.ones(m)
     for g in set(groups):
         rows_g = np.array([q == g for q in groups])

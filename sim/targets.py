@@ -64,6 +64,7 @@ class Target:
     hi: float | None = None
     role: str = "fit"  # fit, check (held out of the fit, claimed), unclaimed (reported only)
     note: str = ""
+    where: tuple = ()  # bucket: (by, low_pct, high_pct or None); request: (its index in the replay,)
 
 
 def _set_args(values: dict) -> tuple[str, ...]:
@@ -246,9 +247,8 @@ class TargetBuilder:
                                     "hit_rate")
             tname = f"{name} {by} {lo:g}-{'up' if hi is None else format(hi, 'g')}"
             role, note = self.role(tname)
-            metric = f"bucket:{by}:{lo!r}:{'' if hi is None else repr(hi)}"
-            out.append(Target(tname, path, rate, "rate", spec.tolerance, metric, exps, "bucket", role=role,
-                              note=note))
+            out.append(Target(tname, path, rate, "rate", spec.tolerance, "decode_tok_s", exps, "bucket", role=role,
+                              note=note, where=(by, lo, hi)))
         return out
 
 
@@ -271,6 +271,16 @@ class Runs:
     """Simulated experiments of one evaluation: per experiment key, (metrics, served requests)."""
 
     results: dict[str, tuple[dict[str, float], list]] = field(default_factory=dict)
+    pooled: dict[tuple[str, ...], dict] = field(default_factory=dict)  # bucket arrays of pooled experiments
+
+    def bucket_arrays(self, experiments: tuple[Experiment, ...]) -> dict:
+        """Per-request spill, hit rate and decode of the pooled experiments' requests, computed once per pool."""
+        from .moe_serve import bucket_arrays
+
+        keys = tuple(e.key for e in experiments)
+        if keys not in self.pooled:
+            self.pooled[keys] = bucket_arrays([r for k in keys for r in self.results[k][1]])
+        return self.pooled[keys]
 
 
 def run_experiments(targets: list[Target], params: list[str], seed: int, exclude: str | None) -> Runs:
@@ -309,12 +319,10 @@ def check_metrics(targets: list[Target], runs: Runs) -> None:
 
 def simulated(t: Target, runs: Runs) -> float:
     """The simulated value of a target from the runs of one evaluation (NaN: the run has no such figure)."""
-    from .moe_serve import bucket_arrays, bucket_requests
+    from .moe_serve import bucket_requests
 
     if t.how == "bucket":
-        recs = [r for e in t.experiments for r in runs.results[e.key][1]]
-        _, by, lo, hi = t.metric.split(":")
-        _, rate = bucket_requests(bucket_arrays(recs), by, float(lo), float(hi) if hi else None)
+        _, rate = bucket_requests(runs.bucket_arrays(t.experiments), *t.where)
         return float("nan") if rate is None else rate
 
     def metric(exp: Experiment) -> float:

@@ -1,5 +1,5 @@
-"""Command line: ``sim run``, ``sim breakeven``, ``sim logs``, ``sim calibrate``, ``sim validate``, ``sim fit-loading``,
-``sim schema``. Thin: parse, call, print."""
+"""Command line: ``sim run``, ``sim breakeven``, ``sim sweep``, ``sim plot``, ``sim logs``, ``sim calibrate``,
+``sim validate``, ``sim fit-loading``, ``sim schema``. Thin: parse, call, print."""
 
 from __future__ import annotations
 
@@ -151,6 +151,85 @@ def breakeven(scenario: str, model: str, machine_a: str, machine_b: str, seed: i
     if out_dir:
         write_outputs(out_dir, result, {"evaluations": evaluations})
     click.echo(dumps(result) if as_json else breakeven_text(result), nl=False)
+
+
+@main.command()
+@click.argument("target", type=click.Path(dir_okay=False))
+@click.option("--axis", "axes", multiple=True, metavar="PATH=VALUES",
+              help="An axis: a dotted scenario path and its values, e.g. serve.workload.clients=1,2,4 or "
+              "machines.M.gpus.G.reserved_gib=0..24:4 or 1..32*2 (repeatable; added to a sweep file's axes).")
+@click.option("--zip", "zip_axes", is_flag=True, help="Zip equally long axes instead of the grid.")
+@click.option("--seeds", type=click.IntRange(min=1, max=10_000), default=None,
+              help="Replicates per point, seeds SEED, SEED+1, ... (default 1, or the sweep file's).")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="First seed (default: the scenario's).")
+@click.option("--uncertainty", type=click.IntRange(min=2, max=10_000), default=None, metavar="N",
+              help="N parameter draws per point and seed from the calibrations' covariance (as sim run "
+              "--uncertainty); one row per draw, the same draws at every point.")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help="Change a value at every point.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Local worker processes (default: the usable cores; 1 runs in this process).")
+@click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
+              help="Run on an existing Dask cluster, e.g. tcp://HOST:8786 (needs the distributed package).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder of the results: results.parquet, results.csv, sweep.json, points/ (re-runs resume).")
+@click.option("--quiet", is_flag=True, help="No progress line.")
+@user_errors
+def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None, seed: int | None,
+          uncertainty: int | None, overrides: tuple[str, ...], workers: int | None, dask_address: str | None,
+          out_dir: str, quiet: bool) -> None:
+    """Run TARGET (a scenario with --axis, or a sweep file under scenarios/sweeps/) at every point of its axes."""
+    from .sweep import dask_backend, pool_backend, prepare_tasks, run_sweep, serial_backend
+    from .sweep_spec import build_plan
+
+    if workers is not None and dask_address:
+        raise click.UsageError("give --workers or --dask, not both")
+    plan = build_plan(target, list(axes), zip_axes, seeds, uncertainty, list(overrides))
+    prepared = prepare_tasks(plan, seed)  # every point validated before anything runs
+    runs = len(prepared[0])
+    if dask_address:
+        backend = dask_backend(dask_address)
+        where = f"the Dask cluster at {dask_address}"
+    else:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        n = min(workers or cores, runs)
+        backend = serial_backend if n <= 1 else pool_backend(n)
+        where = "this process" if n <= 1 else f"{n} local worker processes"
+    if not quiet:
+        click.echo(f"sweep of {plan.scenario}: {len(plan.points)} points x {plan.seeds} seed"
+                   f"{'s' if plan.seeds > 1 else ''}" + (f" x {plan.uncertainty} draws" if plan.uncertainty else "")
+                   + f" = {runs} runs on {where}", err=True)
+    res = run_sweep(plan, out_dir, seed, backend, quiet, prepared=prepared)
+    done = len(res.rows)
+    if res.errors:
+        click.echo(f"sim: warning: {res.errors} runs cannot be simulated as asked (column 'error' says why)", err=True)
+    if not res.complete:
+        _fail(f"interrupted: {done} of {runs} runs saved in {out_dir} (the tables hold them); the same command "
+              "finishes the rest", 130)
+    click.echo(f"{runs} runs ({res.ran} simulated, {res.reused} from earlier runs) -> {out_dir}/results.parquet, "
+               f"{out_dir}/results.csv")
+
+
+@main.command()
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.option("--x", "x", default=None, help="Column on the x axis: an axis of the sweep or a metric.")
+@click.option("--y", "y", multiple=True, help="Metric on the y axis (repeatable: one panel each).")
+@click.option("--hue", default=None, help="Column whose values get their own line (colour, marker, dash).")
+@click.option("--facet", default=None, help="Column whose values get their own panel.")
+@click.option("--preset", default=None, help="A standard figure: cliff, hit_coverage, concurrency, headroom, "
+              "dispatch, load_breakdown (default with no --y: the sweep file's).")
+@click.option("-o", "--out", "out_file", required=True, type=click.Path(dir_okay=False),
+              help="Figure file: .png, .svg or .pdf (same data, same bytes).")
+@user_errors
+def plot(folder: str, x: str | None, y: tuple[str, ...], hue: str | None, facet: str | None, preset: str | None,
+         out_file: str) -> None:
+    """Draw a sweep's results (FOLDER written by sim sweep --out): medians, 90% bands, measured points."""
+    from .plot_presets import draw
+    from .plotting import load_sweep, save
+
+    sweep = load_sweep(folder)
+    fig = draw(sweep, preset, x, list(y), hue, facet)
+    save(fig, out_file)
+    click.echo(f"wrote {out_file}")
 
 
 @main.command()

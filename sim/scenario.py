@@ -724,11 +724,23 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+_YAML_CACHE: dict[str, tuple[tuple[int, int], Any]] = {}
+
+
 def read_yaml(path: str) -> Any:
-    """Read a YAML file; any problem becomes a one-line ScenarioError."""
+    """Read a YAML file; any problem becomes a one-line ScenarioError. Parsed files are kept (keyed by their
+    modification time and size) and each call gets its own copy, so a sweep that loads one scenario a thousand times
+    parses it once."""
     try:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = _YAML_CACHE.get(os.path.abspath(path))
+        if hit is not None and hit[0] == stamp:
+            return copy.deepcopy(hit[1])
         with open(path, encoding="utf-8") as fh:
-            return yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+            data = yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        _YAML_CACHE[os.path.abspath(path)] = (stamp, data)
+        return copy.deepcopy(data)
     except FileNotFoundError:
         raise ScenarioError(path, "", "file not found") from None
     except IsADirectoryError:

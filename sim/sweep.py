@@ -1,0 +1,394 @@
+"""``sim sweep``: run every point of a plan (x seeds x parameter draws), resumably, on one core, a local process
+pool or a Dask cluster, into one tidy table.
+
+Each run is keyed by a hash of what decides its result: the fully resolved scenario (its file, calibration values,
+the sweep's and the point's changes, a parameter draw), the seed, the contents of any trace file it replays and the
+source of the simulator itself. A finished run is stored at once as ``DIR/points/KEY.json`` (atomically), so an
+interrupted sweep loses at most the runs in flight, a re-run skips what is stored, and a changed scenario or changed
+code never reuses a stale row. The tables (``results.parquet``, ``results.csv``) and ``sweep.json`` are written
+from the store at the end, also after Ctrl-C (``complete: false``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ScenarioError, SimulationError
+from .output import atomic_write_text, dumps
+from .scenario import Scenario, load_scenario
+from .sweep_spec import Plan
+
+POINTS_DIR = "points"
+_CODE_DIGEST: str | None = None
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def simulation_modules() -> list[str]:
+    """The modules a run's result can depend on: ``sim.runner`` and ``sim.scenario`` (defaults, validation) and
+    every module they import, directly or not, found by reading their ``from .x import`` lines (so a change to
+    plotting or the command line does not make stored runs stale)."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    todo, seen = ["runner", "scenario"], set()
+    while todo:
+        name = todo.pop()
+        if name in seen or not os.path.isfile(os.path.join(folder, f"{name}.py")):
+            continue
+        seen.add(name)
+        with open(os.path.join(folder, f"{name}.py"), encoding="utf-8") as fh:
+            todo += re.findall(r"^\s*from \.(\w+) import", fh.read(), flags=re.MULTILINE)
+    return sorted(seen)
+
+
+def code_digest() -> str:
+    """sha256 of the source of the modules a run depends on: rows from other code are not reused."""
+    global _CODE_DIGEST
+    if _CODE_DIGEST is None:
+        folder = os.path.dirname(os.path.abspath(__file__))
+        h = hashlib.sha256()
+        for name in simulation_modules():
+            with open(os.path.join(folder, f"{name}.py"), "rb") as fh:
+                h.update(name.encode() + b"\0" + fh.read() + b"\0")
+        _CODE_DIGEST = h.hexdigest()
+    return _CODE_DIGEST
+
+
+def file_digest(path: str) -> str:
+    st = os.stat(path)
+    stamp = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
+    if stamp not in _FILE_DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _FILE_DIGESTS[stamp] = h.hexdigest()
+    return _FILE_DIGESTS[stamp]
+
+
+# what cannot change a run's result: left out of its key, so editing them reuses the rows
+_NOT_RESULTS = ("description", "calibrate", "uncertainty")
+
+
+def run_key(resolved: dict, seed: int) -> str:
+    """Hash of a resolved scenario mapping, the seed, the trace it replays (by content) and the code."""
+    data = {k: v for k, v in resolved.items() if k not in _NOT_RESULTS}
+    workload = ((data.get("serve") or {}).get("workload") or {}) if isinstance(data.get("serve"), dict) else {}
+    trace = workload.get("trace") if isinstance(workload, dict) else None
+    if isinstance(trace, str) and os.path.isfile(trace):
+        data = copy.deepcopy(data)
+        data["serve"]["workload"]["trace"] = "sha256:" + file_digest(trace)
+    text = json.dumps({"scenario": data, "seed": seed, "code": code_digest()}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+@dataclass
+class Task:
+    """One simulation of a sweep: a point, a seed and (with --uncertainty) a parameter draw."""
+
+    index: int  # position in the sweep's table
+    point: int
+    seed: int
+    draw: int | None
+    params: dict[str, float]
+    key: str
+    scenario: Scenario
+
+
+@dataclass
+class SweepResult:
+    plan: Plan
+    tasks: list[Task]
+    rows: list[dict]
+    ran: int  # simulated in this invocation
+    reused: int  # found in the store
+    complete: bool
+    errors: int
+    parameters: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+
+
+def prepare_tasks(plan: Plan, seed: int | None) -> tuple[list[Task], list[str], list[str]]:
+    """Validate every point (a bad value is one line naming its --set) and key every run; (tasks, drawn parameter
+    names, held parameter names)."""
+    from .uncertainty import parameter_draws
+
+    tasks: list[Task] = []
+    names: list[str] = []
+    held: list[str] = []
+    for p, sets in enumerate(plan.point_sets):
+        scn, resolved = load_scenario(plan.scenario, sets)
+        base = scn.seed if seed is None else seed
+        if plan.uncertainty:
+            names, held, draw_sets = parameter_draws(plan.scenario, sets, plan.uncertainty, base)
+            draws = []
+            for k, dsets in enumerate(draw_sets):
+                dscn, dresolved = load_scenario(plan.scenario, dsets)
+                params = {n: float(s.split("=", 1)[1]) for n, s in zip(names, dsets[len(sets):], strict=True)}
+                draws.append((k, params, dscn, dresolved))
+        else:
+            draws = [(None, {}, scn, resolved)]
+        for j in range(plan.seeds):
+            for k, params, dscn, dresolved in draws:
+                run_seed = base + j + plan.seeds * (k or 0)
+                tasks.append(Task(len(tasks), p, run_seed, k, params, run_key(dresolved, run_seed), dscn))
+    return tasks, names, held
+
+
+def simulate(scenario: Scenario, seed: int) -> dict:
+    """One run's stored record: every metric, or the reason the scenario cannot be simulated at this point."""
+    from .runner import run
+
+    try:
+        res = run(scenario, seed)
+    except SimulationError as exc:
+        return {"metrics": {}, "error": str(exc)}
+    return {"metrics": res.metrics, "error": None}
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and says what was saved
+
+
+def _run_task(task: Task) -> tuple[int, dict]:
+    return task.index, simulate(task.scenario, task.seed)
+
+
+class Store:
+    """Finished runs, one JSON file each under ``DIR/points``."""
+
+    def __init__(self, out_dir: str):
+        self.folder = os.path.join(out_dir, POINTS_DIR)
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.folder, f"{key}.json")
+
+    def get(self, key: str) -> dict | None:
+        try:
+            with open(self.path(key), encoding="utf-8") as fh:
+                record = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) and record.get("key") == key else None
+
+    def put(self, key: str, seed: int, record: dict) -> None:
+        atomic_write_text(self.path(key), dumps({"key": key, "seed": seed, **record}))
+
+
+class Progress:
+    """Runs done, rate and ETA on stderr: one line redrawn on a terminal, a line every few seconds otherwise."""
+
+    def __init__(self, total: int, reused: int, quiet: bool, stream=None):
+        self.total, self.reused, self.quiet = total, reused, quiet
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.start = time.monotonic()
+        self.last = -math.inf
+        self.done = 0
+
+    def update(self, done: int, final: bool = False) -> None:
+        self.done = done
+        now = time.monotonic()
+        if self.quiet or (not final and now - self.last < (0.2 if self.tty else 5.0)):
+            return
+        self.last = now
+        elapsed = now - self.start
+        rate = done / elapsed if elapsed > 0 else 0.0
+        left = self.total - self.reused - done
+        eta = f"{left / rate:.0f} s" if rate > 0 else "-"
+        text = (f"sweep: {self.reused + done}/{self.total} runs ({self.reused} from earlier runs), "
+                f"{rate:.2f} runs/s, ETA {eta}")
+        if self.tty:
+            self.stream.write("\r" + text.ljust(78) + ("\n" if final else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+Backend = Callable[[list[Task]], Iterator[tuple[int, dict]]]
+
+
+def serial_backend(tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+    for t in tasks:
+        yield _run_task(t)
+
+
+def pool_backend(workers: int) -> Backend:
+    def run(tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # forkserver: workers start from a clean process, not a copy of this one and its threads
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        ctx = multiprocessing.get_context(method)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
+        futures = [pool.submit(_run_task, t) for t in tasks]
+        try:
+            for f in as_completed(futures):
+                yield f.result()
+        finally:  # Ctrl-C or an error: drop what has not started, stop the workers
+            for f in futures:
+                f.cancel()
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    return run
+
+
+def dask_backend(address: str) -> Backend:
+    def run(tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+        try:
+            from distributed import Client, as_completed
+        except ImportError:
+            raise ScenarioError("--dask", address, "the `distributed` package: pip install 'sim[dask]'") from None
+        try:
+            client = Client(address, timeout="10s", set_as_default=False)
+        except (OSError, TimeoutError) as exc:
+            raise ScenarioError("--dask", address, f"a reachable Dask scheduler ({exc})") from None
+        futures = [client.submit(_run_task, t, key=f"sim-{t.key}-{t.index}", pure=False) for t in tasks]
+        try:
+            for f in as_completed(futures, loop=client.loop):
+                yield f.result()
+        finally:
+            client.cancel(futures)
+            client.close()
+
+    return run
+
+
+def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backend = serial_backend,
+              quiet: bool = False, on_saved: Callable[[int], None] | None = None,
+              prepared: tuple[list[Task], list[str], list[str]] | None = None) -> SweepResult:
+    """Run what the store lacks, save each run as it finishes, then write the tables. Ctrl-C stops it with what is
+    done saved and the tables written (``complete`` false); ``on_saved(n)`` is called after each saved run;
+    ``prepared``: what ``prepare_tasks(plan, seed)`` returned, when the caller has it already."""
+    tasks, names, held = prepared or prepare_tasks(plan, seed)
+    store = Store(out_dir)
+    os.makedirs(store.folder, exist_ok=True)
+    records: dict[int, dict] = {}
+    for t in tasks:
+        rec = store.get(t.key)
+        if rec is not None:
+            records[t.index] = rec
+    reused = len(records)
+    todo = [t for t in tasks if t.index not in records]
+    progress = Progress(len(tasks), reused, quiet)
+    ran = 0
+    complete = True
+    try:
+        for index, record in backend(todo) if todo else ():
+            t = tasks[index]
+            store.put(t.key, t.seed, record)
+            records[index] = {"key": t.key, "seed": t.seed, **record}
+            ran += 1
+            progress.update(ran)
+            if on_saved:
+                on_saved(ran)
+    except KeyboardInterrupt:
+        complete = False
+    progress.update(ran, final=True)
+    rows = table_rows(plan, tasks, records)
+    result = SweepResult(plan, tasks, rows, ran, reused, complete, sum(1 for r in rows if r.get("error")),
+                         names, held)
+    write_results(out_dir, result)
+    return result
+
+
+def table_rows(plan: Plan, tasks: Iterable[Task], records: dict[int, dict]) -> list[dict]:
+    """One row per finished run, in sweep order: point, axis values, seed, draw and drawn values, error, metrics."""
+    rows = []
+    for t in tasks:
+        rec = records.get(t.index)
+        if rec is None:
+            continue
+        row: dict[str, Any] = {"point": t.point, **plan.points[t.point], "seed": t.seed}
+        if plan.uncertainty:
+            row["draw"] = t.draw
+            row.update({f"param.{n}": v for n, v in t.params.items()})
+        row["key"] = t.key
+        row["error"] = rec.get("error") or ""
+        row.update(dict(sorted(rec.get("metrics", {}).items())))
+        rows.append(row)
+    return rows
+
+
+def results_frame(rows: list[dict], axes: list[str]):
+    """The tidy table as a DataFrame: metrics as floats, axis columns of one type each (mixed values as text)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    front = [c for c in frame.columns if not _is_metric(c, axes)]
+    metrics = sorted(c for c in frame.columns if _is_metric(c, axes))
+    frame = frame[front + metrics]
+    for c in metrics:
+        frame[c] = frame[c].astype(float)
+    for c in axes:
+        values = list(frame[c])
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        text = all(isinstance(v, str) for v in values)
+        if not (numeric or text):
+            frame[c] = [v if isinstance(v, str) else json.dumps(v) for v in values]
+    return frame
+
+
+def _is_metric(column: str, axes: list[str]) -> bool:
+    return column not in axes and column not in ("point", "seed", "draw", "key", "error") and \
+        not column.startswith("param.")
+
+
+def _atomic_parquet(frame, path: str) -> None:
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".results.", suffix=".parquet.tmp", dir=folder)
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=False, engine="pyarrow")
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def scenario_facts(plan: Plan) -> dict:
+    """Values of the swept scenario the figures need beside the metrics (the dispatcher's tie threshold)."""
+    scn, _ = load_scenario(plan.scenario, plan.point_sets[0] if plan.point_sets else plan.base_sets)
+    return {"name": scn.name, "tie_threshold": scn.dispatch.tie_threshold, "machines": list(scn.machines)}
+
+
+def write_results(out_dir: str, res: SweepResult) -> None:
+    """``results.parquet``, ``results.csv``, then ``sweep.json`` (last: what it says describes the tables)."""
+    plan = res.plan
+    axes = [a.name for a in plan.axes]
+    frame = results_frame(res.rows, axes)
+    _atomic_parquet(frame, os.path.join(out_dir, "results.parquet"))
+    atomic_write_text(os.path.join(out_dir, "results.csv"), frame.to_csv(index=False, lineterminator="\n"))
+    from .overlays import resolve_overlays
+
+    manifest = {
+        "scenario": plan.scenario, "sweep_file": plan.sweep_file, "set": plan.base_sets,
+        "axes": [a.as_dict() for a in plan.axes], "zip": plan.zip, "seeds": plan.seeds,
+        "uncertainty": plan.uncertainty, "parameters": res.parameters, "held": res.held,
+        "points": len(plan.points), "runs": len(res.tasks), "runs_done": len(res.rows),
+        "complete": res.complete and len(res.rows) == len(res.tasks), "errors": res.errors,
+        "plot": plan.plot.model_dump() if plan.plot else None,
+        "measured": resolve_overlays(plan.measured, plan.sweep_file) if plan.sweep_file else [],
+        "facts": scenario_facts(plan),
+        "code": code_digest(),
+    }
+    atomic_write_text(os.path.join(out_dir, "sweep.json"), dumps(manifest))

@@ -1,0 +1,110 @@
+"""`sim plot`: every preset draws from a sweep, figures are the same bytes for the same data, bad columns are one
+line, and the dispatch figure's break-even is the closed form."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT
+
+from sim.cli import main
+from sim.sweep import run_sweep
+from sim.sweep_spec import build_plan
+
+SWEEPS = os.path.join(ROOT, "scenarios", "sweeps")
+FAST = ["serve.requests=12", "serve.output_tokens_min=20", "serve.output_tokens_max=40"]
+SMALL = {  # each shipped sweep at a few points, with few requests
+    "gen3_5090_pcie_vram.yaml": (["free_vram=6,24", "pcie_gen=3,5"], FAST),
+    "concurrency_slots.yaml": (["clients=1,4", "slots=1,2"], ["serve.requests=40"]),
+    "home_lab_job_length.yaml": (["tokens=0..40000:10000"], []),
+    "basalt_peer_reserve.yaml": (["reserve_mib=600,1536"], ["serve.requests=6"]),
+    "cache_policy_coverage.yaml": (["free_vram=4,20", "policy=static,lru"], FAST),
+}
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    out = {}
+    for name, (axes, sets) in SMALL.items():
+        folder = str(tmp_path_factory.mktemp(name.split(".")[0]))
+        unc = 4 if name.startswith("home_lab") else None
+        run_sweep(build_plan(os.path.join(SWEEPS, name), axes, False, None, unc, sets), folder, 0, quiet=True)
+        out[name] = folder
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_each_shipped_sweep_draws_its_figure_deterministically(sweeps, tmp_path, name):
+    a, b = tmp_path / "a.svg", tmp_path / "b.svg"
+    for f in (a, b):
+        r = invoke("plot", sweeps[name], "-o", str(f))
+        assert r.exit_code == 0, r.output
+    assert a.read_bytes() == b.read_bytes()
+    text = a.read_text()
+    assert "measured" in text and "Date" not in text
+    png = tmp_path / "f.png"
+    assert invoke("plot", sweeps[name], "-o", str(png)).exit_code == 0 and png.stat().st_size > 10_000
+
+
+def test_load_breakdown_and_generic_plots(sweeps, tmp_path):
+    folder = sweeps["home_lab_job_length.yaml"]
+    assert invoke("plot", folder, "--preset", "load_breakdown", "-o", str(tmp_path / "l.pdf")).exit_code == 0
+    r = invoke("plot", sweeps["cache_policy_coverage.yaml"], "--x", "free_vram", "--y", "decode_tok_s", "--y",
+               "expert_hit_rate", "--hue", "policy", "-o", str(tmp_path / "g.svg"))
+    assert r.exit_code == 0
+    r = invoke("plot", sweeps["concurrency_slots.yaml"], "--x", "clients", "--y", "ttft_mean_s", "--facet", "slots",
+               "-o", str(tmp_path / "f.svg"))
+    assert r.exit_code == 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--y", "decod_tok_s"], "no column 'decod_tok_s'"),
+    (["--preset", "pie"], "one of cliff"),
+    (["--x", "nope", "--y", "decode_tok_s"], "no column 'nope'"),
+])
+def test_bad_columns_are_one_line_exit_2(sweeps, tmp_path, args, words):
+    r = invoke("plot", sweeps["gen3_5090_pcie_vram.yaml"], *args, "-o", str(tmp_path / "x.png"))
+    assert r.exit_code == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bad_output_and_folder_are_one_line(sweeps, tmp_path):
+    r = invoke("plot", sweeps["gen3_5090_pcie_vram.yaml"], "-o", str(tmp_path / "x.jpg"))
+    assert r.exit_code == 2 and ".png" in r.stderr
+    r = invoke("plot", str(tmp_path), "-o", str(tmp_path / "x.png"))
+    assert r.exit_code == 2 and "no sweep.json" in r.stderr
+
+
+def test_dispatch_break_even_is_the_closed_form(sweeps):
+    """Estimates are linear in tokens, so where the two lines cross between sweep points is the break-even."""
+    import pandas as pd
+
+    from sim.breakeven import breakeven
+    from sim.plot_presets import _crossing
+    from sim.scenario import load_scenario
+
+    frame = pd.read_parquet(os.path.join(sweeps["home_lab_job_length.yaml"], "results.parquet"))
+    sub = frame[frame["draw"] == 0].sort_values("tokens")
+    diff = (sub["job.job.estimate_s.mining_box"] - sub["job.job.estimate_s.rtx4090_box"]).to_numpy()
+    cross = _crossing(sub["tokens"].to_numpy(dtype=float), diff)
+    params = {c[len("param."):]: sub[c].iloc[0] for c in sub.columns if c.startswith("param.")}
+    sets = [f"{k}={float(v)!r}" for k, v in params.items()]
+    scn, _ = load_scenario(os.path.join(ROOT, "scenarios", "home_lab.yaml"), sets)
+    closed = breakeven(scn, "9B", "mining_box", "rtx4090_box", 0)["closed_form"]["breakeven_tokens"]
+    assert cross == pytest.approx(closed, abs=1.0)
+
+
+def test_an_incomplete_sweep_says_so(tmp_path):
+    def stop(saved):
+        if saved >= 2:
+            raise KeyboardInterrupt
+
+    run_sweep(build_plan(os.path.join(SWEEPS, "home_lab_job_length.yaml"), ["tokens=0..40000:10000"], False, None,
+                         None, []), str(tmp_path), 0, quiet=True, on_saved=stop)
+    assert invoke("plot", str(tmp_path), "-o", str(tmp_path / "f.svg")).exit_code == 0
+    assert "INCOMPLETE" in (tmp_path / "f.svg").read_text()

@@ -1,0 +1,307 @@
+"""`sim sweep`: ranges and axes, resumable runs keyed by the resolved scenario, the same table on one worker, two
+workers and a Dask cluster, Ctrl-C and kill -9 mid-sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from conftest import HOME_LAB, ROOT
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sim.cli import main
+from sim.errors import ScenarioError
+from sim.sweep import Store, pool_backend, prepare_tasks, run_key, run_sweep, serial_backend
+from sim.sweep_spec import build_plan, expand_range, parse_values
+
+GEN3 = os.path.join(ROOT, "scenarios", "gen3_5090.yaml")
+SWEEPS = os.path.join(ROOT, "scenarios", "sweeps")
+ONE_JOB = 'jobs={"j": {"model": "9B", "tokens": 100, "resident_on": ["rtx4090_box"]}}'
+FAST = ["serve.requests=12", "serve.output_tokens_min=20", "serve.output_tokens_max=40"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def gen3_plan(**kw):
+    return build_plan(GEN3, ["machines.strata_box.gpus.gpu0.reserved_gib=0,8,16",
+                             "machines.strata_box.engine.policy=static,lru"], kw.get("zip", False), kw.get("seeds"),
+                      kw.get("uncertainty"), FAST)
+
+
+# --- values and axes -------------------------------------------------------------------------------------------
+
+def test_ranges():
+    assert expand_range("16..48:4", "t", "k") == [16, 20, 24, 28, 32, 36, 40, 44, 48]
+    assert expand_range("3..5", "t", "k") == [3, 4, 5]
+    assert expand_range("1..32*2", "t", "k") == [1, 2, 4, 8, 16, 32]
+    assert expand_range("0.1..0.5:0.1", "t", "k") == [0.1, 0.2, 0.3, 0.4, 0.5]
+    assert expand_range("0..10:4", "t", "k") == [0, 4, 8]  # the end only when the step lands on it
+    assert expand_range("lru", "t", "k") is None
+    assert parse_values("static,lru,1..3,null,[1, 2]", "t", "k") == ["static", "lru", 1, 2, 3, None, [1, 2]]
+
+
+@pytest.mark.parametrize("text, words", [("5..1", "below the start"), ("1..5:0", "positive"),
+                                         ("0..8*2", "A > 0"), ("1..1e9:1", "more than")])
+def test_bad_ranges_are_one_line(text, words):
+    with pytest.raises(ScenarioError, match=words):
+        expand_range(text, "--axis", "x")
+
+
+@given(start=st.integers(-1000, 1000), step=st.integers(1, 50), n=st.integers(0, 200))
+def test_integer_ranges_hold_every_step(start, step, n):
+    values = expand_range(f"{start}..{start + n * step}:{step}", "t", "k")
+    assert values == list(range(start, start + n * step + 1, step))
+
+
+@given(start=st.floats(-100, 100, allow_nan=False), step=st.floats(0.01, 10), n=st.integers(0, 60))
+def test_float_ranges_land_on_their_end(start, step, n):
+    start, step = round(start, 3), round(step, 3)
+    if step <= 0:
+        return
+    values = expand_range(f"{start}..{start + n * step}:{step}", "t", "k")
+    assert len(values) == n + 1
+    assert values[0] == pytest.approx(start)
+    assert values[-1] == pytest.approx(start + n * step)
+
+
+def test_grid_zip_and_linked_axes(tmp_path):
+    plan = gen3_plan()
+    assert len(plan.points) == 6 and plan.points[1] == {"machines.strata_box.gpus.gpu0.reserved_gib": 0,
+                                                         "machines.strata_box.engine.policy": "lru"}
+    with pytest.raises(ScenarioError, match="equally many"):
+        gen3_plan(zip=True)
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"scenario: {GEN3}\naxes:\n  free:\n    values: 8..12:4\n"
+                     "    set: {gpus.rtx5090.vram_gib: {plus: 5.808}}\n"
+                     "    also: {machines.strata_box.gpus.gpu0.reserved_gib: 0}\n")
+    plan = build_plan(str(sweep), [], False, None, None, [])
+    assert plan.point_sets == [["machines.strata_box.gpus.gpu0.reserved_gib=0", "gpus.rtx5090.vram_gib=13.808"],
+                               ["machines.strata_box.gpus.gpu0.reserved_gib=0", "gpus.rtx5090.vram_gib=17.808"]]
+    tasks, _, _ = prepare_tasks(plan, 0)
+    assert [round(t.scenario.gpus["rtx5090"].vram_gib, 3) for t in tasks] == [13.808, 17.808]
+
+
+def test_bad_axis_values_name_the_set():
+    plan = build_plan(GEN3, ["machines.strata_box.engine.policy=static,fifo"], False, None, None, FAST)
+    with pytest.raises(ScenarioError, match=r"--set machines.strata_box.engine.policy=\"fifo\""):
+        prepare_tasks(plan, 0)
+
+
+@pytest.mark.parametrize("args, words", [
+    ([GEN3, "--out", "X"], "at least one --axis"),
+    ([GEN3, "--axis", "serve.requests", "--out", "X"], "dotted.path=v1"),
+    ([GEN3, "--axis", "serve.requests=5..1", "--out", "X"], "below the start"),
+    ([GEN3, "--axis", "machines.strata_bx.engine.parallel=1,2", "--out", "X"], "did you mean"),
+])
+def test_cli_errors_are_one_line_exit_2(tmp_path, args, words):
+    args = [a.replace("X", str(tmp_path / "o")) for a in args]
+    r = invoke("sweep", *args, "--set", "serve.requests=5")
+    assert r.exit_code == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+# --- keys: what makes a stored row stale ------------------------------------------------------------------------
+
+def test_keys_follow_the_resolved_scenario(tmp_path):
+    from sim.scenario import load_scenario
+
+    _, a = load_scenario(GEN3, FAST)
+    _, same = load_scenario(GEN3, [*FAST, "description=another text"])
+    _, other = load_scenario(GEN3, [*FAST, "machines.strata_box.engine.step.host_s=0.002"])
+    assert run_key(a, 0) == run_key(same, 0)  # the description changes no result
+    assert run_key(a, 0) != run_key(other, 0) and run_key(a, 0) != run_key(a, 1)
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,20\n")
+    raw = {**a, "serve": {**a["serve"], "workload": {"kind": "trace", "trace": str(trace)}}}
+    before = run_key(raw, 0)
+    time.sleep(0.01)
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,21\n")
+    assert run_key(raw, 0) != before  # the trace's contents, not its name
+
+
+def test_a_changed_scenario_reuses_no_row(tmp_path):
+    out = str(tmp_path / "o")
+    first = run_sweep(build_plan(HOME_LAB, ["jobs.long_with_load.tokens=1000,2000"], False, None, None, []), out,
+                      0, quiet=True)
+    assert first.ran == 2
+    changed = run_sweep(build_plan(HOME_LAB, ["jobs.long_with_load.tokens=1000,2000"], False, None, None,
+                                   ["machines.mining_box.decode_tok_s.9B=100"]), out, 0, quiet=True)
+    assert changed.ran == 2 and changed.reused == 0
+    again = run_sweep(build_plan(HOME_LAB, ["jobs.long_with_load.tokens=1000,2000,3000"], False, None, None, []),
+                      out, 0, quiet=True)
+    assert again.ran == 1 and again.reused == 2
+
+
+# --- resuming, backends ---------------------------------------------------------------------------------------
+
+class Counting:
+    def __init__(self):
+        self.ran = 0
+
+    def __call__(self, tasks):
+        for item in serial_backend(tasks):
+            self.ran += 1
+            yield item
+
+
+def _interrupt_after(n):
+    def hook(saved):
+        if saved >= n:
+            raise KeyboardInterrupt
+    return hook
+
+
+def test_interrupted_sweep_resumes_without_recomputing(tmp_path):
+    out = str(tmp_path / "o")
+    part = run_sweep(gen3_plan(), out, 0, quiet=True, on_saved=_interrupt_after(2))
+    assert not part.complete and len(part.rows) == 2
+    manifest = json.loads((tmp_path / "o" / "sweep.json").read_text())
+    assert manifest["complete"] is False and manifest["runs_done"] == 2
+    assert len(pd.read_csv(tmp_path / "o" / "results.csv")) == 2
+    counting = Counting()
+    rest = run_sweep(gen3_plan(), out, 0, backend=counting, quiet=True)
+    assert rest.complete and counting.ran == 4 and rest.reused == 2
+    fresh = str(tmp_path / "fresh")
+    run_sweep(gen3_plan(), fresh, 0, quiet=True)
+    assert (tmp_path / "o" / "results.csv").read_bytes() == (tmp_path / "fresh" / "results.csv").read_bytes()
+
+
+def test_a_torn_point_file_is_run_again(tmp_path):
+    out = str(tmp_path / "o")
+    res = run_sweep(gen3_plan(), out, 0, quiet=True)
+    path = Store(out).path(res.tasks[3].key)
+    with open(path, "w") as fh:
+        fh.write('{"key": "')  # what a crash inside a non-atomic write would leave
+    counting = Counting()
+    again = run_sweep(gen3_plan(), out, 0, backend=counting, quiet=True)
+    assert counting.ran == 1 and again.reused == 5
+
+
+def test_one_worker_two_workers_and_dask_give_identical_tables(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    one = run_sweep(gen3_plan(seeds=2), str(tmp_path / "one"), 3, backend=serial_backend, quiet=True)
+    two = run_sweep(gen3_plan(seeds=2), str(tmp_path / "two"), 3, backend=pool_backend(2), quiet=True)
+    from sim.sweep import dask_backend
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+        dask = run_sweep(gen3_plan(seeds=2), str(tmp_path / "dask"), 3, backend=dask_backend(c.scheduler_address),
+                         quiet=True)
+    assert one.ran == two.ran == dask.ran == 12
+    csv = [(tmp_path / d / "results.csv").read_bytes() for d in ("one", "two", "dask")]
+    assert csv[0] == csv[1] == csv[2]
+    frames = [pd.read_parquet(tmp_path / d / "results.parquet") for d in ("one", "two", "dask")]
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+    pd.testing.assert_frame_equal(frames[0], frames[2])
+    assert sorted(set(frames[0]["seed"])) == [3, 4]
+
+
+def test_unreachable_dask_scheduler_is_one_line(tmp_path):
+    pytest.importorskip("distributed")
+    r = invoke("sweep", HOME_LAB, "--axis", "jobs.long_with_load.tokens=1000", "--dask", "tcp://127.0.0.1:1",
+               "--out", str(tmp_path / "o"), "--quiet")
+    assert r.exit_code == 2 and "Dask scheduler" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def _sweep_process(out, *extra):
+    cmd = [sys.executable, "-m", "sim", "sweep", GEN3, "--axis", "machines.strata_box.gpus.gpu0.reserved_gib=0..14:2",
+           "--set", "serve.requests=40", "--workers", "1", "--quiet", "--out", out, *extra]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_points(out, n, proc, timeout=60):
+    folder = os.path.join(out, "points")
+    end = time.time() + timeout
+    while time.time() < end and proc.poll() is None:
+        if os.path.isdir(folder) and len([f for f in os.listdir(folder) if f.endswith(".json")]) >= n:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the sweep did not save points in time")
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
+def test_killed_sweep_restarts_where_it_stopped(tmp_path, how):
+    out = str(tmp_path / "o")
+    proc = _sweep_process(out)
+    _wait_for_points(out, 2, proc)
+    proc.send_signal(getattr(signal, how))
+    _, err = proc.communicate(timeout=60)
+    if how == "SIGINT":  # Ctrl-C: what is done is saved, the tables hold it, one line says so
+        assert proc.returncode == 130 and "interrupted" in err and "same command" in err
+        assert json.loads(open(os.path.join(out, "sweep.json")).read())["complete"] is False
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    saved = len(os.listdir(os.path.join(out, "points")))
+    again = subprocess.run(_sweep_process(out).args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert f"{8 - saved} simulated, {saved} from earlier runs" in again.stdout
+    assert len(pd.read_csv(os.path.join(out, "results.csv"))) == 8
+
+
+# --- contents --------------------------------------------------------------------------------------------------
+
+def test_rows_hold_axes_seed_and_every_metric(tmp_path):
+    res = run_sweep(gen3_plan(seeds=2), str(tmp_path / "o"), 5, quiet=True)
+    frame = pd.read_parquet(tmp_path / "o" / "results.parquet")
+    assert list(frame.columns[:5]) == ["point", "machines.strata_box.gpus.gpu0.reserved_gib",
+                                       "machines.strata_box.engine.policy", "seed", "key"]
+    assert len(frame) == 12 and {"decode_tok_s", "expert_hit_rate", "ttft_mean_s"} <= set(frame.columns)
+    from sim.runner import run
+    from sim.scenario import load_scenario
+
+    t = res.tasks[7]
+    direct = run(load_scenario(GEN3, [*FAST, *gen3_plan().point_sets[t.point]])[0], t.seed).metrics
+    row = frame.iloc[7]
+    assert all(row[k] == v for k, v in direct.items())  # a sweep row is the run itself, bit for bit
+
+
+def test_points_that_cannot_run_are_rows_with_a_reason(tmp_path):
+    plan = build_plan(HOME_LAB, ["gpus.rtx4090.vram_gib=24,4"], False, None, None,
+                      ["gpus.mining_card.vram_gib=2", "machines.mac.unified_memory_gib=4", ONE_JOB])
+    res = run_sweep(plan, str(tmp_path / "o"), 0, quiet=True)
+    frame = pd.read_csv(tmp_path / "o" / "results.csv", keep_default_na=False)
+    assert res.complete and res.errors == 1 and len(frame) == 2
+    assert frame["error"][0] == "" and "needs 20.0 GiB" in frame["error"][1]
+    r = invoke("sweep", HOME_LAB, "--axis", "gpus.rtx4090.vram_gib=24,4", "--set", "gpus.mining_card.vram_gib=2",
+               "--set", "machines.mac.unified_memory_gib=4", "--set", ONE_JOB, "--out", str(tmp_path / "o"), "--quiet")
+    assert r.exit_code == 0 and "1 runs cannot be simulated" in r.stderr and "2 from earlier runs" in r.stdout
+
+
+def test_uncertainty_draws_are_common_to_every_point(tmp_path):
+    from sim.uncertainty import run_with_uncertainty
+
+    plan = build_plan(HOME_LAB, ["jobs.long_with_load.tokens=5000,50000"], False, None, 6, [])
+    run_sweep(plan, str(tmp_path / "o"), 0, quiet=True)
+    frame = pd.read_parquet(tmp_path / "o" / "results.parquet")
+    assert len(frame) == 12 and list(frame["draw"][:6]) == list(range(6)) and list(frame["seed"][:6]) == list(
+        range(6))
+    param = "param.machines.mining_box.decode_tok_s.9B"
+    assert list(frame[param][:6]) == list(frame[param][6:]) and frame[param].nunique() == 6
+    # a point of the sweep is `sim run --uncertainty N` of that point: the same draws and seeds, so the same median
+    from sim.uncertainty import interval
+
+    ref = run_with_uncertainty(HOME_LAB, ["jobs.long_with_load.tokens=50000"], 6, 0)
+    col = "job.long_with_load.completed_s"
+    assert interval(list(frame[col][6:])) == ref["metrics"][col]
+
+
+def test_shipped_sweeps_parse_and_their_measured_points_resolve():
+    from sim.overlays import resolve_overlays
+
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    names = sorted(f for f in os.listdir(SWEEPS) if f.endswith(".yaml"))
+    assert len(names) >= 4
+    for name in names:
+        path = os.path.join(SWEEPS, name)
+        plan = build_plan(path, [], False, None, None, [])
+        assert plan.plot is not None and plan.measured
+        assert resolve_overlays(plan.measured, path)
+        assert f"sim sweep scenarios/sweeps/{name}" in readme  # one README command per shipped sweep

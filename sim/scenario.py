@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import os
+import pickle
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -736,11 +738,12 @@ def read_yaml(path: str) -> Any:
         stamp = (st.st_mtime_ns, st.st_size)
         hit = _YAML_CACHE.get(os.path.abspath(path))
         if hit is not None and hit[0] == stamp:
-            return copy.deepcopy(hit[1])
+            return pickle.loads(hit[1])
         with open(path, encoding="utf-8") as fh:
             data = yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-        _YAML_CACHE[os.path.abspath(path)] = (stamp, data)
-        return copy.deepcopy(data)
+        frozen = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)  # a copy per call: callers may change theirs
+        _YAML_CACHE[os.path.abspath(path)] = (stamp, frozen)
+        return pickle.loads(frozen)
     except FileNotFoundError:
         raise ScenarioError(path, "", "file not found") from None
     except IsADirectoryError:
@@ -855,11 +858,19 @@ def parse_set(expr: str) -> tuple[str, Any]:
     if "=" not in expr:
         raise ScenarioError("--set", expr, "expected dotted.path=value")
     path, raw = expr.split("=", 1)
+    value = _yaml_value(raw)
+    return path.strip(), (copy.deepcopy(value) if isinstance(value, dict | list) else value)
+
+
+@functools.lru_cache(maxsize=65536)
+def _yaml_value(raw: str) -> Any:
+    """A --set value read as YAML (the C parser where PyYAML has it); kept, as sweeps repeat the same values."""
+    if not raw.strip():
+        return ""
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe loaders
     except yaml.YAMLError:
-        value = raw
-    return path.strip(), value
+        return raw
 
 
 @dataclass
@@ -901,7 +912,7 @@ def load_scenario(path: str, overrides: list[str] | tuple[str, ...] = ()) -> tup
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ScenarioError(path, "", f"expected a YAML map at the top level, got {type(raw).__name__}")
-    resolved = copy.deepcopy(raw)
+    resolved = raw  # read_yaml's own copy
     sets = [(expr, *parse_set(expr)) for expr in overrides]
     early = [s for s in sets if s[1].split(".")[0] == "calibrations"]  # which calibrations apply is set first
     origins: list[_Origin] = []

@@ -30,6 +30,7 @@ from .scenario import Scenario, load_scenario
 from .sweep_spec import Plan
 
 POINTS_DIR = "points"
+REFRESH_S = 30.0  # seconds between rewrites of the tables while a sweep runs
 _CODE_DIGEST: str | None = None
 _FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
 
@@ -285,6 +286,16 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
     progress = Progress(len(tasks), reused, quiet)
     ran = 0
     complete = True
+
+    def tables(done: bool) -> SweepResult:
+        rows = table_rows(plan, tasks, records)
+        res = SweepResult(plan, tasks, rows, ran, reused, done, sum(1 for r in rows if r.get("error")), names, held)
+        write_results(out_dir, res)
+        return res
+
+    if todo:  # tables of an earlier sweep in this folder never pass for this one's: they say what is done so far
+        tables(False)
+    written = time.monotonic()
     try:
         for index, record in backend(todo) if todo else ():
             t = tasks[index]
@@ -294,14 +305,13 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
             progress.update(ran)
             if on_saved:
                 on_saved(ran)
+            if time.monotonic() - written > REFRESH_S:  # a long sweep can be looked at (sim plot) while it runs
+                tables(False)
+                written = time.monotonic()
     except KeyboardInterrupt:
         complete = False
     progress.update(ran, final=True)
-    rows = table_rows(plan, tasks, records)
-    result = SweepResult(plan, tasks, rows, ran, reused, complete, sum(1 for r in rows if r.get("error")),
-                         names, held)
-    write_results(out_dir, result)
-    return result
+    return tables(complete)
 
 
 def table_rows(plan: Plan, tasks: Iterable[Task], records: dict[int, dict]) -> list[dict]:

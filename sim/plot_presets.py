@@ -74,56 +74,50 @@ def _need(sweep: Sweep, preset: str, role: str, name: str | None) -> str:
     return sweep.column(name, f"--{role}")
 
 
-def cliff(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
-    """Decode, hit rate and PCIe spill against free VRAM, one line per PCIe generation."""
+def _metric_panels(sweep: Sweep, x: str, hue: str | None, panels: list[tuple[str, str]], hue_label=None):
+    """One panel per (metric, title), lines per hue value: the figure, its panels."""
     plt = setup()
-    x, hue = _need(sweep, "cliff", "x", x), _need(sweep, "cliff", "hue", hue)
     styler = _styler(sweep, hue)
-    fig, axes = _panels(plt, 3)
-    for ax, metric in zip(axes, ("decode_tok_s", "expert_hit_rate", "pcie_spill_share"), strict=True):
-        line_panel(ax, sweep, sweep.column(x, "--x"), sweep.column(metric, "y"), hue, styler, hue_label="Gen")
-    axes[0].set_ylim(bottom=0)
-    axes[0].set_title("decode rate: the spill cliff and plateau")
-    axes[1].set_title("where the expert lookups hit")
-    axes[2].set_title("routed experts read over PCIe")
+    fig, axes = _panels(plt, len(panels))
+    for ax, (metric, title) in zip(axes, panels, strict=True):
+        line_panel(ax, sweep, sweep.column(x, "--x"), sweep.column(metric, "y"), hue, styler, hue_label=hue_label)
+        ax.set_title(title)
+    return fig, axes
+
+
+def _finish(fig, axes, sweep: Sweep):
     _legend(fig, axes)
     footnote(fig, sweep)
     return fig
+
+
+def cliff(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
+    """Decode, hit rate and PCIe spill against free VRAM, one line per PCIe generation."""
+    x, hue = _need(sweep, "cliff", "x", x), _need(sweep, "cliff", "hue", hue)
+    fig, axes = _metric_panels(sweep, x, hue, [("decode_tok_s", "decode rate: the spill cliff and plateau"),
+                                               ("expert_hit_rate", "where the expert lookups hit"),
+                                               ("pcie_spill_share", "routed experts read over PCIe")], "Gen")
+    axes[0].set_ylim(bottom=0)
+    return _finish(fig, axes, sweep)
 
 
 def hit_coverage(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
     """Hit rate and decode against cache coverage, one line per cache policy."""
-    plt = setup()
-    x = sweep.column(x or "expert_coverage", "--x")
-    hue = _need(sweep, "hit_coverage", "hue", hue)
-    styler = _styler(sweep, hue)
-    fig, axes = _panels(plt, 2)
-    line_panel(axes[0], sweep, x, sweep.column("expert_hit_rate", "y"), hue, styler, hue_label="")
-    line_panel(axes[1], sweep, x, sweep.column("decode_tok_s", "y"), hue, styler, hue_label="")
+    x, hue = x or "expert_coverage", _need(sweep, "hit_coverage", "hue", hue)
+    fig, axes = _metric_panels(sweep, x, hue, [("expert_hit_rate", "hit rate against the share of experts cached"),
+                                               ("decode_tok_s", "decode rate")], "")
     axes[0].plot([0, 100], [0, 100], color="#999999", linewidth=0.8, linestyle=":", label="uniform popularity")
-    axes[0].set_title("hit rate against the share of experts cached")
-    axes[1].set_title("decode rate")
-    _legend(fig, axes)
-    footnote(fig, sweep)
-    return fig
+    return _finish(fig, axes, sweep)
 
 
 def concurrency(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
     """Aggregate throughput and TTFT against concurrent clients, one line per decode-slot count."""
-    plt = setup()
     x = _need(sweep, "concurrency", "x", x)
-    styler = _styler(sweep, hue)
-    fig, axes = _panels(plt, 3)
-    line_panel(axes[0], sweep, x, sweep.column("throughput_tok_s", "y"), hue, styler)
-    line_panel(axes[1], sweep, x, sweep.column("ttft_mean_s", "y"), hue, styler)
-    line_panel(axes[2], sweep, x, sweep.column("ttft_p99_s", "y"), hue, styler)
+    fig, axes = _metric_panels(sweep, x, hue, [("throughput_tok_s", "throughput stays flat"),
+                                               ("ttft_mean_s", "time to first token grows linearly"),
+                                               ("ttft_p99_s", "the slowest 1%")])
     axes[0].set_ylim(bottom=0)
-    axes[0].set_title("throughput stays flat")
-    axes[1].set_title("time to first token grows linearly")
-    axes[2].set_title("the slowest 1%")
-    _legend(fig, axes)
-    footnote(fig, sweep)
-    return fig
+    return _finish(fig, axes, sweep)
 
 
 def headroom(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):

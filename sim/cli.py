@@ -181,30 +181,35 @@ def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None,
     from .sweep import dask_backend, pool_backend, prepare_tasks, run_sweep, serial_backend
     from .sweep_spec import build_plan
 
-    if workers is not None and dask_address:
+    if workers is not None and dask_address is not None:
         raise click.UsageError("give --workers or --dask, not both")
     plan = build_plan(target, list(axes), zip_axes, seeds, uncertainty, list(overrides))
-    prepared = prepare_tasks(plan, seed)  # every point validated before anything runs
-    runs = len(prepared[0])
-    if dask_address:
-        backend = dask_backend(dask_address)
-        where = f"the Dask cluster at {dask_address}"
-    else:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        n = min(workers or cores, runs)
-        backend = serial_backend if n <= 1 else pool_backend(n)
-        where = "this process" if n <= 1 else f"{n} local worker processes"
-    if not quiet:
-        click.echo(f"sweep of {plan.scenario}: {len(plan.points)} points x {plan.seeds} seed"
-                   f"{'s' if plan.seeds > 1 else ''}" + (f" x {plan.uncertainty} draws" if plan.uncertainty else "")
-                   + f" = {runs} runs on {where}", err=True)
-    res = run_sweep(plan, out_dir, seed, backend, quiet, prepared=prepared)
-    done = len(res.rows)
+    runs = len(plan.points) * plan.seeds * (plan.uncertainty or 1)
+    dask = dask_backend(dask_address) if dask_address is not None else None  # a wrong address fails now
+    try:
+        if not quiet and runs >= 1000:
+            click.echo(f"sim sweep: checking the {runs} runs' scenarios...", err=True)
+        prepared = prepare_tasks(plan, seed)  # every point validated before anything runs
+        if dask is not None:
+            backend, where = dask, f"the Dask cluster at {dask_address}"
+        else:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            n = min(workers or cores, runs)
+            backend = serial_backend if n <= 1 else pool_backend(n)
+            where = "this process" if n <= 1 else f"{n} local worker processes"
+        if not quiet:
+            click.echo(f"sweep of {plan.scenario}: {len(plan.points)} points x {plan.seeds} seed"
+                       f"{'s' if plan.seeds > 1 else ''}" + (f" x {plan.uncertainty} draws" if plan.uncertainty
+                                                             else "") + f" = {runs} runs on {where}", err=True)
+        res = run_sweep(plan, out_dir, seed, backend, quiet, prepared=prepared)
+    finally:
+        if dask is not None:
+            dask.close()
     if res.errors:
         click.echo(f"sim: warning: {res.errors} runs cannot be simulated as asked (column 'error' says why)", err=True)
     if not res.complete:
-        _fail(f"interrupted: {done} of {runs} runs saved in {out_dir} (the tables hold them); the same command "
-              "finishes the rest", 130)
+        _fail(f"interrupted: {len(res.rows)} of {runs} runs saved in {out_dir} (the tables hold them); the same "
+              "command finishes the rest", 130)
     click.echo(f"{runs} runs ({res.ran} simulated, {res.reused} from earlier runs) -> {out_dir}/results.parquet, "
                f"{out_dir}/results.csv")
 

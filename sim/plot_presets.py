@@ -34,9 +34,13 @@ def _panels(plt, n: int, width: float = 4.2, height: float = 3.3):
 def generic(sweep: Sweep, x: str, y: list[str], hue: str | None, facet: str | None):
     """One panel per y metric (or per facet value with one y), median line per hue value, bands, measured points."""
     plt = setup()
-    for c, what in [(x, "--x"), *((m, "--y") for m in y), (hue, "--hue"), (facet, "--facet")]:
+    for c, what in [(x, "--x"), (hue, "--hue"), (facet, "--facet")]:
         if c:
             sweep.column(c, what)
+    for m in y:
+        sweep.column(m, "--y", numeric=True)
+    sweep.column(x, "--x", numeric=x not in sweep.axes)
+    sweep.check_drawn({x, hue, facet} - {None}, x)
     styler = _styler(sweep, hue)
     if facet:
         values = list(dict.fromkeys(sweep.frame[facet]))
@@ -45,7 +49,7 @@ def generic(sweep: Sweep, x: str, y: list[str], hue: str | None, facet: str | No
         for metric in y:
             for v in values:
                 sub = sweep.frame[sweep.frame[facet].astype(str) == str(v)]
-                line_panel(axes[i], sweep, x, metric, hue, styler, frame=sub)
+                line_panel(axes[i], sweep, x, metric, hue, styler, frame=sub, facet=(facet, v))
                 axes[i].set_title(f"{axis_meta(facet, sweep.manifest)[0]} {v}")
                 i += 1
         _share_y(axes, len(values))
@@ -77,6 +81,7 @@ def _need(sweep: Sweep, preset: str, role: str, name: str | None) -> str:
 def _metric_panels(sweep: Sweep, x: str, hue: str | None, panels: list[tuple[str, str]], hue_label=None):
     """One panel per (metric, title), lines per hue value: the figure, its panels."""
     plt = setup()
+    sweep.check_drawn({x, hue} - {None}, x)
     styler = _styler(sweep, hue)
     fig, axes = _panels(plt, len(panels))
     for ax, (metric, title) in zip(axes, panels, strict=True):
@@ -96,7 +101,8 @@ def cliff(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
     x, hue = _need(sweep, "cliff", "x", x), _need(sweep, "cliff", "hue", hue)
     fig, axes = _metric_panels(sweep, x, hue, [("decode_tok_s", "decode rate: the spill cliff and plateau"),
                                                ("expert_hit_rate", "where the expert lookups hit"),
-                                               ("pcie_spill_share", "routed experts read over PCIe")], "Gen")
+                                               ("pcie_spill_share", "routed experts read over PCIe")],
+                               "Gen" if "gen" in hue.lower() else None)
     axes[0].set_ylim(bottom=0)
     return _finish(fig, axes, sweep)
 
@@ -106,7 +112,8 @@ def hit_coverage(sweep: Sweep, x: str | None, hue: str | None, facet: str | None
     x, hue = x or "expert_coverage", _need(sweep, "hit_coverage", "hue", hue)
     fig, axes = _metric_panels(sweep, x, hue, [("expert_hit_rate", "hit rate against the share of experts cached"),
                                                ("decode_tok_s", "decode rate")], "")
-    axes[0].plot([0, 100], [0, 100], color="#999999", linewidth=0.8, linestyle=":", label="uniform popularity")
+    if x == "expert_coverage":
+        axes[0].plot([0, 100], [0, 100], color="#999999", linewidth=0.8, linestyle=":", label="uniform popularity")
     return _finish(fig, axes, sweep)
 
 
@@ -124,6 +131,7 @@ def headroom(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
     """Decode (log scale) and the peer's free VRAM against the reserve left on it: the headroom cliff."""
     plt = setup()
     x = _need(sweep, "headroom", "x", x)
+    sweep.check_drawn({x, hue} - {None}, x)
     styler = _styler(sweep, hue)
     free = [c for c in sweep.frame.columns if re.fullmatch(r"vram\.(.+)\.free_mib", c) and c != "vram.gpu0.free_mib"]
     fig, axes = _panels(plt, 1 + len(free[:1]))
@@ -165,6 +173,7 @@ def dispatch(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
     the parameter draws), and the relative gap with the dispatcher's tie band."""
     plt = setup()
     x = _need(sweep, "dispatch", "x", x)
+    sweep.check_drawn({x}, x)
     cols = _estimate_columns(sweep)
     if len(cols) < 2:
         raise ScenarioError(sweep.folder, "--preset dispatch", "estimates of one job on at least two machines "
@@ -289,11 +298,14 @@ def draw(sweep: Sweep, preset: str | None, x: str | None, y: list[str], hue: str
     if preset is not None:
         if preset not in PRESETS:
             raise ScenarioError("--preset", preset, f"one of {', '.join(PRESETS)}")
+        if y or facet:
+            raise ScenarioError("--preset", preset, "draws its own metrics in its own panels: give --y and --facet "
+                                "without --preset")
         same = declared.get("preset") == preset
         x = x or (declared.get("x") if same else None)
         hue = hue or (declared.get("hue") if same else None)
         return PRESETS[preset](sweep, x, hue, facet)
-    x = x or (sweep.axes[0] if sweep.axes else None)
+    x = x or declared.get("x") or (sweep.axes[0] if sweep.axes else None)
     if x is None:
         raise ScenarioError(sweep.folder, "--x", "a column for the x axis")
     return generic(sweep, x, y, hue, facet)

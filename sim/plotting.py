@@ -45,9 +45,13 @@ METRICS: dict[str, tuple[str, str, float]] = {
     "compute_share": ("decode time computing", "%", 100.0),
     "free_vram_gib": ("free VRAM at start", "GiB", 1.0),
     "requests_rejected": ("requests rejected", "requests", 1.0),
+    "requests_per_s": ("request rate", "requests/s", 1.0),
+    "little_lambda_w": ("arrival rate x time in the engine", "requests", 1.0),
+    "requests_in_engine_mean": ("requests in the engine, mean", "requests", 1.0),
 }
-_SUFFIXES = [("_tok_s", "tok/s", 1.0), ("_share", "%", 100.0), ("_rate", "%", 100.0), ("_gbps", "GB/s", 1.0),
-             ("_gib", "GiB", 1.0), ("_mib", "MiB", 1.0), ("_w", "W", 1.0), ("_s", "s", 1.0)]
+_SUFFIXES = [("_tok_s", "tok/s", 1.0), ("_per_s", "/s", 1.0), ("_share", "%", 100.0), ("_rate", "%", 100.0),
+             ("_gbps", "GB/s", 1.0), ("gbps", "GB/s", 1.0), ("_gib", "GiB", 1.0), ("_mib", "MiB", 1.0),
+             ("_gb", "GB", 1.0), ("_w", "W", 1.0), ("_s", "s", 1.0)]
 
 
 def metric_meta(name: str) -> tuple[str, str, float]:
@@ -60,11 +64,11 @@ def metric_meta(name: str) -> tuple[str, str, float]:
     m = re.fullmatch(r"job\.(.+)\.estimate_s\.(.+)", name)
     if m:
         return (f"estimated completion on {m.group(2)}", "s", 1.0)
-    leaf = name.rsplit(".", 1)[-1]
+    text = name.removeprefix("param.").replace(".", " ")  # a dotted name keeps its parts: "load mac cold disk"
     for suffix, unit, factor in _SUFFIXES:
-        if leaf.endswith(suffix):
-            return (leaf[: -len(suffix)].replace("_", " ") or leaf, unit, factor)
-    return (leaf.replace("_", " "), "", 1.0)
+        if text.endswith(suffix):
+            return ((text[: -len(suffix)].replace("_", " ").strip() or text), unit, factor)
+    return (text.replace("_", " "), "", 1.0)
 
 
 def axis_meta(name: str, manifest: dict) -> tuple[str, str, float]:
@@ -73,8 +77,10 @@ def axis_meta(name: str, manifest: dict) -> tuple[str, str, float]:
         if a["name"] == name:
             if a.get("label"):
                 return a["label"], a.get("unit") or "", 1.0
-            label, unit, _ = metric_meta(name)
-            return label, a.get("unit") or unit, 1.0  # axis values are plotted as given
+            label, unit, factor = metric_meta(name)
+            if factor != 1.0:  # axis values are plotted as given: a share is a fraction here, not percent
+                unit = "fraction"
+            return label, a.get("unit") or unit, 1.0
     return metric_meta(name)
 
 
@@ -93,13 +99,26 @@ class Sweep:
     def axes(self) -> list[str]:
         return [a["name"] for a in self.manifest.get("axes", [])]
 
-    def column(self, name: str, what: str) -> str:
+    def column(self, name: str, what: str, numeric: bool = False) -> str:
+        """``name`` if the results have it (and, with ``numeric``, it holds numbers); one line otherwise."""
         if name not in self.frame.columns:
             close = [c for c in self.frame.columns if name.lower() in c.lower()][:5]
             hint = f" (columns like it: {', '.join(close)})" if close else \
                 f" (axes: {', '.join(self.axes)}; metrics such as decode_tok_s)"
             raise ScenarioError(self.folder, what, f"no column {name!r} in results{hint}")
+        if numeric and not _is_numeric(list(self.frame[name])):
+            raise ScenarioError(self.folder, what, f"column {name!r} holds text, not numbers to plot")
         return name
+
+    def check_drawn(self, drawn: set[str], x: str) -> None:
+        """Every axis that takes several values is drawn (x, hue or facet) when x is an axis: otherwise its values
+        would be pooled into one median and its spread would pass for uncertainty."""
+        if x not in self.axes:
+            return  # x is a metric: every point is drawn on its own
+        for a in self.axes:
+            if a not in drawn and self.frame[a].nunique(dropna=False) > 1:
+                raise ScenarioError(self.folder, "--hue", f"axis {a!r} takes {self.frame[a].nunique()} values but is "
+                                    "not drawn: give it --hue or --facet, or sweep it at one value")
 
 
 def load_sweep(folder: str) -> Sweep:
@@ -109,6 +128,8 @@ def load_sweep(folder: str) -> Sweep:
     try:
         with open(manifest_path, encoding="utf-8") as fh:
             manifest = json.load(fh)
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("axes", []), list):
+            raise ValueError("not the map sim sweep writes")
     except FileNotFoundError:
         raise ScenarioError(folder, "", "not a sweep folder (no sweep.json): run sim sweep ... --out "
                             f"{folder} first") from None
@@ -163,6 +184,10 @@ def save(fig, path: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
 
 
 def _is_numeric(values) -> bool:
@@ -214,8 +239,9 @@ class Styler:
 
 
 def line_panel(ax, sweep: Sweep, x: str, y: str, hue: str | None, styler: Styler | None, frame=None,
-               overlay: bool = True, hue_label: str | None = None) -> None:
-    """Median of y against x per hue value, a 90% band where a point has several runs, measured points on top."""
+               overlay: bool = True, hue_label: str | None = None, facet: tuple[str, Any] | None = None) -> None:
+    """Median of y against x per hue value, a 90% band where a point has several runs, measured points on top
+    (``facet``: the column and value of this panel, for the measured points that belong to it)."""
     frame = sweep.frame if frame is None else frame
     x_is_axis = x in sweep.axes
     xf = axis_meta(x, sweep.manifest)[2] if x_is_axis else metric_meta(x)[2]
@@ -249,18 +275,33 @@ def line_panel(ax, sweep: Sweep, x: str, y: str, hue: str | None, styler: Styler
     if cats:
         ax.set_xticks(range(len(cats)), [str(c) for c in cats])
     if overlay:
-        measured_points(ax, sweep, y, styler, xf if numeric_x else None, cats)
+        measured_points(ax, sweep, x, y, hue, facet, styler, xf if numeric_x else None, cats)
     ax.set_xlabel(label_text(axis_meta(x, sweep.manifest) if x_is_axis else metric_meta(x)))
     ax.set_ylabel(label_text(metric_meta(y)))
 
 
-def measured_points(ax, sweep: Sweep, y: str, styler: Styler | None, xf: float | None, cats: list) -> None:
-    """The sweep file's measured points for metric y: a white-filled marker, a bar over the measured range."""
+def overlay_fits(p: dict, x: str, hue: str | None, facet: tuple[str, Any] | None) -> bool:
+    """Whether a measured point belongs on a panel: its x is this x, and the axis value it was measured at (its
+    hue) is this panel's line or facet; a panel split by another axis has no place for it."""
+    if p.get("x_column") not in (None, x):
+        return False
+    if p.get("hue") is None:
+        return facet is None
+    column = p.get("hue_column")
+    if facet is not None and facet[0] == column:
+        return _same(facet[1], p["hue"])
+    return facet is None and hue == column
+
+
+def measured_points(ax, sweep: Sweep, x: str, y: str, hue: str | None, facet: tuple[str, Any] | None,
+                    styler: Styler | None, xf: float | None, cats: list) -> None:
+    """The sweep file's measured points for metric y: a white-filled star, a bar over the measured range, in the
+    colour of the line it belongs to."""
     yf = metric_meta(y)[2]
     seen: set[str] = set()
     for p in sweep.manifest.get("measured", []):
         m = p["metrics"].get(y)
-        if m is None:
+        if m is None or not overlay_fits(p, x, hue, facet):
             continue
         if xf is None:
             if p["x"] not in cats:
@@ -268,7 +309,7 @@ def measured_points(ax, sweep: Sweep, y: str, styler: Styler | None, xf: float |
             xv = float(cats.index(p["x"]))
         else:
             xv = float(p["x"]) * xf
-        colour = styler.colour(p["hue"]) if styler and p.get("hue") is not None else "#000000"
+        colour = styler.colour(p["hue"]) if styler and p.get("hue") is not None and hue else "#333333"
         label = None if p["label"] in seen else f"measured: {p['label']}"
         seen.add(p["label"])
         lo, hi, v = m["lo"] * yf, m["hi"] * yf, m["value"] * yf

@@ -726,7 +726,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-_YAML_CACHE: dict[str, tuple[tuple[int, int], Any]] = {}
+_YAML_CACHE: dict[str, tuple[tuple[int, ...], bytes]] = {}
 
 
 def read_yaml(path: str) -> Any:
@@ -735,7 +735,7 @@ def read_yaml(path: str) -> Any:
     parses it once."""
     try:
         st = os.stat(path)
-        stamp = (st.st_mtime_ns, st.st_size)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
         hit = _YAML_CACHE.get(os.path.abspath(path))
         if hit is not None and hit[0] == stamp:
             return pickle.loads(hit[1])

@@ -6,7 +6,8 @@ the sweep's and the point's changes, a parameter draw), the seed, the contents o
 source of the simulator itself. A finished run is stored at once as ``DIR/points/KEY.json`` (atomically), so an
 interrupted sweep loses at most the runs in flight, a re-run skips what is stored, and a changed scenario or changed
 code never reuses a stale row. The tables (``results.parquet``, ``results.csv``) and ``sweep.json`` are written
-from the store at the end, also after Ctrl-C (``complete: false``).
+from the store when the sweep starts (what an earlier run left), every 30 s while it runs, and at the end, also after
+Ctrl-C, SIGTERM or a failure (``complete: false`` until every run is done).
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ScenarioError, SimulationError
-from .output import atomic_write_text, dumps
+from .output import _umask, atomic_write_text, dumps
 from .scenario import Scenario, load_scenario
 from .sweep_spec import Plan
 
 POINTS_DIR = "points"
 REFRESH_S = 30.0  # seconds between rewrites of the tables while a sweep runs
 _CODE_DIGEST: str | None = None
-_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+_FILE_DIGESTS: dict[tuple, str] = {}
 
 
 def simulation_modules() -> list[str]:
@@ -47,16 +48,24 @@ def simulation_modules() -> list[str]:
             continue
         seen.add(name)
         with open(os.path.join(folder, f"{name}.py"), encoding="utf-8") as fh:
-            todo += re.findall(r"^\s*from \.(\w+) import", fh.read(), flags=re.MULTILINE)
+            text = fh.read()
+        todo += re.findall(r"^\s*from \.(\w+) import", text, flags=re.MULTILINE)
+        for names in re.findall(r"^\s*from \. import ([\w, ]+)", text, flags=re.MULTILINE):
+            todo += [n.strip().split(" as ")[0] for n in names.split(",")]
     return sorted(seen)
 
 
 def code_digest() -> str:
-    """sha256 of the source of the modules a run depends on: rows from other code are not reused."""
+    """sha256 of the source of the modules a run depends on and of the versions of Python and the libraries that
+    draw its numbers: rows from other code are not reused."""
     global _CODE_DIGEST
     if _CODE_DIGEST is None:
+        import numpy
+        import simpy
+
         folder = os.path.dirname(os.path.abspath(__file__))
-        h = hashlib.sha256()
+        h = hashlib.sha256(f"python {sys.version_info[:2]} numpy {numpy.__version__} simpy "
+                           f"{getattr(simpy, '__version__', '')}\0".encode())
         for name in simulation_modules():
             with open(os.path.join(folder, f"{name}.py"), "rb") as fh:
                 h.update(name.encode() + b"\0" + fh.read() + b"\0")
@@ -66,7 +75,7 @@ def code_digest() -> str:
 
 def file_digest(path: str) -> str:
     st = os.stat(path)
-    stamp = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
+    stamp = (os.path.abspath(path), st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
     if stamp not in _FILE_DIGESTS:
         h = hashlib.sha256()
         with open(path, "rb") as fh:
@@ -170,6 +179,16 @@ class Store:
     def __init__(self, out_dir: str):
         self.folder = os.path.join(out_dir, POINTS_DIR)
 
+    def open(self) -> None:
+        """Make the folder; remove what writes cut short left behind (temporary files, never a point's own file)."""
+        os.makedirs(self.folder, exist_ok=True)
+        for name in os.listdir(self.folder):
+            if name.startswith(".") and name.endswith(".tmp"):
+                try:
+                    os.unlink(os.path.join(self.folder, name))
+                except OSError:
+                    pass
+
     def path(self, key: str) -> str:
         return os.path.join(self.folder, f"{key}.json")
 
@@ -218,25 +237,51 @@ class Progress:
 Backend = Callable[[list[Task]], Iterator[tuple[int, dict]]]
 
 
+class BackendFailure(SimulationError):
+    """The pool or cluster lost runs (a worker died, the scheduler went away): not the scenario's fault."""
+
+
 def serial_backend(tasks: list[Task]) -> Iterator[tuple[int, dict]]:
     for t in tasks:
         yield _run_task(t)
+
+
+def _drain(futures, yielded: set, result) -> Iterator[tuple[int, dict]]:
+    """Results that are finished but not yet handed over when the sweep is stopped: saved, not thrown away."""
+    for f in futures:
+        if f not in yielded and f.done() and not f.cancelled():
+            try:
+                item = result(f)
+            except Exception:  # noqa: BLE001 - a failed run is simply not saved
+                continue
+            yielded.add(f)
+            yield item
 
 
 def pool_backend(workers: int) -> Backend:
     def run(tasks: list[Task]) -> Iterator[tuple[int, dict]]:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
 
         # forkserver: workers start from a clean process, not a copy of this one and its threads
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         ctx = multiprocessing.get_context(method)
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
         futures = [pool.submit(_run_task, t) for t in tasks]
+        yielded: set = set()
         try:
             for f in as_completed(futures):
-                yield f.result()
-        finally:  # Ctrl-C or an error: drop what has not started, stop the workers
+                try:
+                    item = f.result()
+                except BrokenProcessPool as exc:
+                    raise BackendFailure(f"a worker process died ({exc or 'BrokenProcessPool'})") from None
+                yielded.add(f)
+                yield item
+        except KeyboardInterrupt:
+            yield from _drain(futures, yielded, lambda f: f.result())
+            raise
+        finally:  # stopped, failed or done: drop what has not started, stop the workers
             for f in futures:
                 f.cancel()
             for proc in list(getattr(pool, "_processes", {}).values()):
@@ -246,36 +291,97 @@ def pool_backend(workers: int) -> Backend:
     return run
 
 
-def dask_backend(address: str) -> Backend:
-    def run(tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+_DASK_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
+
+
+def worker_digest() -> str:
+    """What a Dask worker reports: the code digest of the sim it would run."""
+    return code_digest()
+
+
+class DaskBackend:
+    """Runs on an existing Dask cluster. Connects (and checks that its workers run this very sim code) when made,
+    so a wrong address fails at once, before any run is prepared."""
+
+    def __init__(self, address: str):
+        m = re.fullmatch(r"(\w+)://([^/\s:]+|\[[0-9a-fA-F:]+\]):(\d+)", address.strip())
+        if not m or m.group(1) not in _DASK_SCHEMES:
+            raise ScenarioError("--dask", address, f"a scheduler address SCHEME://HOST:PORT, SCHEME one of "
+                                f"{', '.join(_DASK_SCHEMES)} (e.g. tcp://HOST:8786)")
         try:
-            from distributed import Client, as_completed
+            from distributed import Client
         except ImportError:
             raise ScenarioError("--dask", address, "the `distributed` package: pip install 'sim[dask]'") from None
+        self.address = address
         try:
-            client = Client(address, timeout="10s", set_as_default=False)
-        except (OSError, TimeoutError) as exc:
-            raise ScenarioError("--dask", address, f"a reachable Dask scheduler ({exc})") from None
+            self.client = Client(address, timeout="10s", set_as_default=False)
+        except (OSError, TimeoutError, ValueError, TypeError) as exc:
+            raise ScenarioError("--dask", address, f"a reachable Dask scheduler ({type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else 'no answer'})") from None
+        try:
+            digests = self.client.run(worker_digest)
+        except Exception as exc:  # noqa: BLE001 - a worker that cannot import sim, say
+            self.close()
+            raise ScenarioError("--dask", address, f"workers that can run sim ({type(exc).__name__}: {exc})") \
+                from None
+        if not digests:
+            self.close()
+            raise ScenarioError("--dask", address, "a cluster with at least one worker")
+        other = sorted(w for w, d in digests.items() if d != code_digest())
+        if other:
+            self.close()
+            raise ScenarioError("--dask", address, f"workers running this sim's code and libraries; {len(other)} of "
+                                f"{len(digests)} run other code (e.g. {other[0]}): install this checkout there")
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __call__(self, tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+        from distributed import as_completed
+
+        client = self.client
         futures = [client.submit(_run_task, t, key=f"sim-{t.key}-{t.index}", pure=False) for t in tasks]
+        yielded: set = set()
         try:
             for f in as_completed(futures, loop=client.loop):
-                yield f.result()
+                try:
+                    item = f.result()
+                except (KeyboardInterrupt, SimulationError):
+                    raise
+                except Exception as exc:
+                    name = type(exc).__name__
+                    if name in ("KilledWorker", "CancelledError", "CommClosedError", "FutureCancelledError") or \
+                            isinstance(exc, OSError | TimeoutError):
+                        raise BackendFailure(f"the Dask cluster lost a run ({name}: {exc})") from None
+                    raise
+                yielded.add(f)
+                yield item
+        except KeyboardInterrupt:
+            yield from _drain(futures, yielded, lambda f: f.result())
+            raise
         finally:
             client.cancel(futures)
-            client.close()
 
-    return run
+
+def dask_backend(address: str) -> DaskBackend:
+    return DaskBackend(address)
 
 
 def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backend = serial_backend,
               quiet: bool = False, on_saved: Callable[[int], None] | None = None,
               prepared: tuple[list[Task], list[str], list[str]] | None = None) -> SweepResult:
-    """Run what the store lacks, save each run as it finishes, then write the tables. Ctrl-C stops it with what is
-    done saved and the tables written (``complete`` false); ``on_saved(n)`` is called after each saved run;
-    ``prepared``: what ``prepare_tasks(plan, seed)`` returned, when the caller has it already."""
+    """Run what the store lacks, save each run as it finishes, then write the tables. Ctrl-C or SIGTERM stops it
+    with what is done saved and the tables written (``complete`` false); a failure of the pool or cluster too, then
+    raises ``BackendFailure``. ``on_saved(n)`` is called after each saved run; ``prepared``: what
+    ``prepare_tasks(plan, seed)`` returned, when the caller has it already."""
+    from .overlays import resolve_overlays
+
+    if plan.sweep_file and not plan.measured_points:  # a bad measured table fails here, before anything is written
+        x, hue = (plan.plot.x, plan.plot.hue) if plan.plot else (None, None)
+        plan.measured_points = resolve_overlays(plan.measured, plan.sweep_file, x, hue)
     tasks, names, held = prepared or prepare_tasks(plan, seed)
     store = Store(out_dir)
-    os.makedirs(store.folder, exist_ok=True)
+    store.open()
     records: dict[int, dict] = {}
     for t in tasks:
         rec = store.get(t.key)
@@ -284,34 +390,64 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
     reused = len(records)
     todo = [t for t in tasks if t.index not in records]
     progress = Progress(len(tasks), reused, quiet)
-    ran = 0
-    complete = True
+    state = {"ran": 0, "complete": False}
 
-    def tables(done: bool) -> SweepResult:
+    def tables() -> SweepResult:
         rows = table_rows(plan, tasks, records)
-        res = SweepResult(plan, tasks, rows, ran, reused, done, sum(1 for r in rows if r.get("error")), names, held)
+        done = state["complete"] and len(rows) == len(tasks)
+        res = SweepResult(plan, tasks, rows, state["ran"], reused, done, sum(1 for r in rows if r.get("error")),
+                          names, held)
         write_results(out_dir, res)
         return res
 
     if todo:  # tables of an earlier sweep in this folder never pass for this one's: they say what is done so far
-        tables(False)
+        tables()
     written = time.monotonic()
+    previous = _stop_on_sigterm()
+    failure: BackendFailure | None = None
     try:
         for index, record in backend(todo) if todo else ():
             t = tasks[index]
             store.put(t.key, t.seed, record)
             records[index] = {"key": t.key, "seed": t.seed, **record}
-            ran += 1
-            progress.update(ran)
+            state["ran"] += 1
+            progress.update(state["ran"])
             if on_saved:
-                on_saved(ran)
+                on_saved(state["ran"])
             if time.monotonic() - written > REFRESH_S:  # a long sweep can be looked at (sim plot) while it runs
-                tables(False)
+                tables()
                 written = time.monotonic()
+        state["complete"] = True
     except KeyboardInterrupt:
-        complete = False
-    progress.update(ran, final=True)
-    return tables(complete)
+        pass
+    except BackendFailure as exc:
+        failure = exc
+    finally:  # whatever stopped it, the tables say what is stored
+        _restore_sigterm(previous)
+        progress.update(state["ran"], final=True)
+        result = tables()
+    if failure is not None:
+        raise BackendFailure(f"{failure}: {len(result.rows)} of {len(tasks)} runs saved in {out_dir}; the same "
+                             "command runs the rest")
+    return result
+
+
+def _stop_on_sigterm():
+    """SIGTERM (timeout, docker stop, a batch system) stops a sweep as Ctrl-C does; only the main thread can."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _restore_sigterm(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def table_rows(plan: Plan, tasks: Iterable[Task], records: dict[int, dict]) -> list[dict]:
@@ -327,29 +463,36 @@ def table_rows(plan: Plan, tasks: Iterable[Task], records: dict[int, dict]) -> l
             row.update({f"param.{n}": v for n, v in t.params.items()})
         row["key"] = t.key
         row["error"] = rec.get("error") or ""
-        row.update(dict(sorted(rec.get("metrics", {}).items())))
+        for name, value in sorted(rec.get("metrics", {}).items()):
+            row["metric." + name if name in row else name] = value  # an axis named like a metric keeps its column
         rows.append(row)
     return rows
 
 
-def results_frame(rows: list[dict], axes: list[str]):
-    """The tidy table as a DataFrame: metrics as floats, axis columns of one type each (mixed values as text)."""
+def axis_as_text(values) -> bool:
+    """An axis whose values are not all numbers or all text is stored as JSON text (null, true, [1, 2], "1"), so
+    its column has one type in every table of the sweep and no two values look alike."""
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    return not (numeric or all(isinstance(v, str) for v in values))
+
+
+def results_frame(rows: list[dict], axes: list):
+    """The tidy table as a DataFrame: metrics as floats, each axis column of one type (decided by all the values of
+    the axis, not by the rows done so far)."""
     import pandas as pd
 
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    front = [c for c in frame.columns if not _is_metric(c, axes)]
-    metrics = sorted(c for c in frame.columns if _is_metric(c, axes))
+    names = [a.name for a in axes]
+    front = [c for c in frame.columns if not _is_metric(c, names)]
+    metrics = sorted(c for c in frame.columns if _is_metric(c, names))
     frame = frame[front + metrics]
     for c in metrics:
         frame[c] = frame[c].astype(float)
-    for c in axes:
-        values = list(frame[c])
-        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-        text = all(isinstance(v, str) for v in values)
-        if not (numeric or text):
-            frame[c] = [v if isinstance(v, str) else json.dumps(v) for v in values]
+    for a in axes:
+        if axis_as_text(a.values):
+            frame[a.name] = [json.dumps(v) for v in frame[a.name]]
     return frame
 
 
@@ -368,6 +511,7 @@ def _atomic_parquet(frame, path: str) -> None:
         frame.to_parquet(tmp, index=False, engine="pyarrow")
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the table gets the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -384,12 +528,9 @@ def scenario_facts(plan: Plan) -> dict:
 def write_results(out_dir: str, res: SweepResult) -> None:
     """``results.parquet``, ``results.csv``, then ``sweep.json`` (last: what it says describes the tables)."""
     plan = res.plan
-    axes = [a.name for a in plan.axes]
-    frame = results_frame(res.rows, axes)
+    frame = results_frame(res.rows, plan.axes)
     _atomic_parquet(frame, os.path.join(out_dir, "results.parquet"))
     atomic_write_text(os.path.join(out_dir, "results.csv"), frame.to_csv(index=False, lineterminator="\n"))
-    from .overlays import resolve_overlays
-
     manifest = {
         "scenario": plan.scenario, "sweep_file": plan.sweep_file, "set": plan.base_sets,
         "axes": [a.as_dict() for a in plan.axes], "zip": plan.zip, "seeds": plan.seeds,
@@ -397,7 +538,7 @@ def write_results(out_dir: str, res: SweepResult) -> None:
         "points": len(plan.points), "runs": len(res.tasks), "runs_done": len(res.rows),
         "complete": res.complete and len(res.rows) == len(res.tasks), "errors": res.errors,
         "plot": plan.plot.model_dump() if plan.plot else None,
-        "measured": resolve_overlays(plan.measured, plan.sweep_file) if plan.sweep_file else [],
+        "measured": plan.measured_points,
         "facts": scenario_facts(plan),
         "code": code_digest(),
     }

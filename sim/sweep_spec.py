@@ -146,6 +146,13 @@ class PlotSpec(Strict):
     hue: str | None = None
     facet: str | None = None
 
+    @field_validator("preset")
+    @classmethod
+    def _known(cls, preset: str) -> str:
+        if preset not in PRESET_NAMES:
+            raise ValueError(f"unknown preset {preset!r}: expected one of {', '.join(PRESET_NAMES)}")
+        return preset
+
 
 class SweepFile(Strict):
     """A shipped or user sweep: a scenario, fixed changes, axes, and how to draw the result."""
@@ -163,11 +170,23 @@ class SweepFile(Strict):
     @field_validator("axes")
     @classmethod
     def _axis_names(cls, axes: dict[str, AxisSpec]) -> dict[str, AxisSpec]:
-        reserved = {"point", "seed", "draw", "key", "error"}
-        bad = sorted(reserved & set(axes))
-        if bad:
-            raise ValueError(f"axis names {bad} are reserved for result columns")
+        for name in axes:
+            problem = reserved_name(name)
+            if problem:
+                raise ValueError(problem)
         return axes
+
+
+RESERVED_COLUMNS = ("point", "seed", "draw", "key", "error")
+PRESET_NAMES = ("cliff", "hit_coverage", "concurrency", "headroom", "dispatch", "load_breakdown")
+
+
+def reserved_name(name: str) -> str | None:
+    """Why ``name`` cannot name an axis (a column of the results already has it), or None."""
+    if name in RESERVED_COLUMNS or name.startswith(("param.", "metric.")):
+        return (f"axis name {name!r} is taken by a result column ({', '.join(RESERVED_COLUMNS)}, param.*, "
+                "metric.*)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -216,6 +235,7 @@ class Plan:
     sweep_file: str | None = None
     plot: PlotSpec | None = None
     measured: list[MeasuredOverlay] = field(default_factory=list)
+    measured_points: list[dict] = field(default_factory=list)  # resolved from the tables when the sweep runs
     points: list[dict[str, Any]] = field(default_factory=list)
     point_sets: list[list[str]] = field(default_factory=list)
 
@@ -250,6 +270,8 @@ def cli_axis(text: str) -> Axis:
     path = path.strip()
     if not path or any(not part for part in path.split(".")):
         raise ScenarioError("--axis", text, "expected a dotted scenario path before '='")
+    if reserved_name(path):
+        raise ScenarioError("--axis", text, reserved_name(path) or "")
     parsed = parse_values(values, "--axis", path)
     return Axis(path, tuple(parsed), ((path, None),))
 
@@ -264,6 +286,22 @@ def read_sweep_file(path: str) -> SweepFile:
         return SweepFile.model_validate(raw)
     except ValidationError as exc:
         raise _format_validation_error(path, exc) from None
+
+
+def _one_writer_per_path(where: str, axes: list[Axis], cli_sets: list[str]) -> None:
+    """A scenario path is written by one axis at most, and never by both an axis and --set: otherwise the last
+    writer would silently win and rows would be labelled with values they did not run."""
+    writers: dict[str, str] = {}
+    for a in axes:
+        for path in [p for p, _ in a.paths] + [p for p, _ in a.also]:
+            if path in writers and writers[path] != f"axis {a.name}":
+                raise ScenarioError(where, f"axes.{a.name}", f"{path} is already written by {writers[path]}")
+            writers[path] = f"axis {a.name}"
+    for expr in cli_sets:
+        path = expr.split("=", 1)[0].strip()
+        if path in writers:
+            raise ScenarioError("--set", expr, f"{path} is swept by {writers[path]}: give that axis new values "
+                                f"(--axis {writers[path].split(' ', 1)[1]}=VALUES) instead")
 
 
 def build_plan(target: str, cli_axes: list[str], zip_axes: bool, seeds: int | None, uncertainty: int | None,
@@ -295,6 +333,7 @@ def build_plan(target: str, cli_axes: list[str], zip_axes: bool, seeds: int | No
             axes = [a for a in axes if a.name != ax.name] + [ax]
     if not axes:
         raise ScenarioError("--axis", "", f"{target} is a scenario: give at least one --axis dotted.path=VALUES")
+    _one_writer_per_path(target, axes, list(cli_sets))
     plan = Plan(scenario, base_sets + list(cli_sets), axes, zip_axes, seeds or 1, uncertainty,
                 sweep_file=target if sweep else None, plot=sweep.plot if sweep else None,
                 measured=list(sweep.measured) if sweep else [])

@@ -23,7 +23,6 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from .errors import ScenarioError
 from .scenario import Serve
@@ -115,6 +114,8 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0) -> RequestTable:
 
     A bad cell's key path is ``row N.column``, N being its line in the file (comment and blank lines counted).
     """
+    import pandas as pd  # here, not at the top: a run without a trace does not pay for importing pandas
+
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
             text = fh.read()

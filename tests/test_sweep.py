@@ -123,8 +123,7 @@ def test_keys_follow_the_resolved_scenario(tmp_path):
     trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,20\n")
     raw = {**a, "serve": {**a["serve"], "workload": {"kind": "trace", "trace": str(trace)}}}
     before = run_key(raw, 0)
-    time.sleep(0.01)
-    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,21\n")
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,210\n")
     assert run_key(raw, 0) != before  # the trace's contents, not its name
 
 
@@ -213,34 +212,45 @@ def test_unreachable_dask_scheduler_is_one_line(tmp_path):
 
 def _sweep_process(out, *extra):
     cmd = [sys.executable, "-m", "sim", "sweep", GEN3, "--axis", "machines.strata_box.gpus.gpu0.reserved_gib=0..14:2",
-           "--set", "serve.requests=40", "--workers", "1", "--quiet", "--out", out, *extra]
+           "--set", "serve.requests=40", "--quiet", "--out", out, *extra]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_points(out, n, proc, timeout=60):
+def _saved(out):
     folder = os.path.join(out, "points")
+    return len([f for f in os.listdir(folder) if f.endswith(".json") and not f.startswith(".")]) \
+        if os.path.isdir(folder) else 0
+
+
+def _wait_for_points(out, n, proc, timeout=90):
     end = time.time() + timeout
     while time.time() < end and proc.poll() is None:
-        if os.path.isdir(folder) and len([f for f in os.listdir(folder) if f.endswith(".json")]) >= n:
+        if _saved(out) >= n:
             return
         time.sleep(0.02)
     raise AssertionError("the sweep did not save points in time")
 
 
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
-def test_killed_sweep_restarts_where_it_stopped(tmp_path, how):
+@pytest.mark.parametrize("how, workers", [("SIGKILL", "1"), ("SIGINT", "1"), ("SIGTERM", "1"), ("SIGINT", "2")])
+def test_killed_sweep_restarts_where_it_stopped(tmp_path, how, workers):
     out = str(tmp_path / "o")
-    proc = _sweep_process(out)
-    _wait_for_points(out, 2, proc)
-    proc.send_signal(getattr(signal, how))
-    _, err = proc.communicate(timeout=60)
-    if how == "SIGINT":  # Ctrl-C: what is done is saved, the tables hold it, one line says so
-        assert proc.returncode == 130 and "interrupted" in err and "same command" in err
-        assert json.loads(open(os.path.join(out, "sweep.json")).read())["complete"] is False
-    else:
+    proc = _sweep_process(out, "--workers", workers)
+    try:
+        _wait_for_points(out, 2, proc)
+        proc.send_signal(getattr(signal, how))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if how == "SIGKILL":
         assert proc.returncode == -signal.SIGKILL
-    saved = len(os.listdir(os.path.join(out, "points")))
-    again = subprocess.run(_sweep_process(out).args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    else:  # Ctrl-C or SIGTERM: what is done is saved, the tables hold it, one line says so
+        assert proc.returncode == 130 and "interrupted" in err and "same command" in err, err
+        manifest = json.loads(open(os.path.join(out, "sweep.json")).read())
+        assert manifest["complete"] is False and manifest["runs_done"] == _saved(out)
+    saved = _saved(out)
+    again = subprocess.run(_sweep_process(out, "--workers", "1").args, cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
     assert again.returncode == 0, again.stderr
     assert f"{8 - saved} simulated, {saved} from earlier runs" in again.stdout
     assert len(pd.read_csv(os.path.join(out, "results.csv"))) == 8
@@ -305,3 +315,87 @@ def test_shipped_sweeps_parse_and_their_measured_points_resolve():
         assert plan.plot is not None and plan.measured
         assert resolve_overlays(plan.measured, path)
         assert f"sim sweep scenarios/sweeps/{name}" in readme  # one README command per shipped sweep
+
+
+# --- review: collisions, writers, seeds, failures, stale calibrations -------------------------------------------
+
+def test_an_axis_named_like_a_metric_keeps_its_values(tmp_path):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"scenario: {GEN3}\naxes:\n  expert_slots:\n    values: [0, 8]\n"
+                     "    set: machines.strata_box.gpus.gpu0.reserved_gib\n")
+    run_sweep(build_plan(str(sweep), [], False, None, None, FAST), str(tmp_path / "o"), 0, quiet=True)
+    frame = pd.read_csv(tmp_path / "o" / "results.csv")
+    assert list(frame["expert_slots"]) == [0, 8] and frame["metric.expert_slots"][0] > frame["metric.expert_slots"][1]
+
+
+@pytest.mark.parametrize("axes, sets, words", [
+    (["seed=1,2"], [], "taken by a result column"),
+    (["machines.strata_box.engine.policy=lru,lfu"], [], "already written by axis policy"),
+    ([], ["machines.strata_box.engine.policy=lfu"], "swept by axis policy"),
+])
+def test_a_path_has_one_writer(axes, sets, words):
+    with pytest.raises(ScenarioError, match=words):
+        build_plan(os.path.join(SWEEPS, "cache_policy_coverage.yaml"), axes, False, None, None, sets)
+
+
+def test_seeds_and_draws_get_their_own_seeds(tmp_path):
+    plan = build_plan(HOME_LAB, ["jobs.long_with_load.tokens=5000,6000"], False, 2, 3, [])
+    tasks, names, _ = prepare_tasks(plan, 10)
+    seeds = [(t.point, t.seed, t.draw) for t in tasks]
+    assert [s for p, s, d in seeds if p == 0] == [10, 12, 14, 11, 13, 15]  # seed + replicate + seeds x draw
+    assert {s for p, s, d in seeds if p == 0} == {s for p, s, d in seeds if p == 1}
+    assert len({t.key for t in tasks}) == len(tasks) and names
+
+
+def test_a_changed_calibration_file_reuses_no_row(tmp_path):
+    import shutil
+
+    shutil.copytree(os.path.join(ROOT, "scenarios"), tmp_path / "scenarios", ignore=shutil.ignore_patterns("traces"))
+    shutil.copytree(os.path.join(ROOT, "calibration"), tmp_path / "calibration")
+    scenario = str(tmp_path / "scenarios" / "home_lab.yaml")
+    plan = build_plan(scenario, ["jobs.long_with_load.tokens=1000,2000"], False, None, None, [])
+    assert run_sweep(plan, str(tmp_path / "o"), 0, quiet=True).ran == 2
+    cal = tmp_path / "calibration" / "loading.yaml"
+    text = cal.read_text()
+    cal.write_text(text.replace("efficiency: 0.84", "efficiency: 0.8"))
+    assert text != cal.read_text()
+    again = run_sweep(build_plan(scenario, ["jobs.long_with_load.tokens=1000,2000"], False, None, None, []),
+                      str(tmp_path / "o"), 0, quiet=True)
+    assert again.ran == 2 and again.reused == 0
+
+
+def test_a_lost_worker_saves_what_is_done_and_says_so(tmp_path):
+    from sim.sweep import BackendFailure
+
+    def dies_after_two(tasks):
+        for i, item in enumerate(serial_backend(tasks)):
+            if i == 2:
+                raise BackendFailure("a worker process died (test)")
+            yield item
+
+    with pytest.raises(BackendFailure, match="2 of 6 runs saved"):
+        run_sweep(gen3_plan(), str(tmp_path / "o"), 0, backend=dies_after_two, quiet=True)
+    manifest = json.loads((tmp_path / "o" / "sweep.json").read_text())
+    assert manifest["runs_done"] == 2 and manifest["complete"] is False
+    assert len(pd.read_csv(tmp_path / "o" / "results.csv")) == 2
+
+
+@pytest.mark.parametrize("address, words", [("foo", "SCHEME://HOST:PORT"), ("http://127.0.0.1:8786", "SCHEME"),
+                                            ("", "SCHEME://HOST:PORT")])
+def test_bad_dask_addresses_are_one_line(tmp_path, address, words):
+    pytest.importorskip("distributed")
+    r = invoke("sweep", HOME_LAB, "--axis", "jobs.long_with_load.tokens=1000", "--dask", address, "--out",
+               str(tmp_path / "o"), "--quiet")
+    assert r.exit_code == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()  # refused before anything was written
+
+
+def test_progress_reports_rate_and_eta():
+    import io
+
+    from sim.sweep import Progress
+
+    buf = io.StringIO()
+    p = Progress(10, 4, False, stream=buf)
+    p.update(3, final=True)
+    assert "7/10 runs (4 from earlier runs)" in buf.getvalue() and "runs/s, ETA" in buf.getvalue()

@@ -399,3 +399,17 @@ def test_progress_reports_rate_and_eta():
     p = Progress(10, 4, False, stream=buf)
     p.update(3, final=True)
     assert "7/10 runs (4 from earlier runs)" in buf.getvalue() and "runs/s, ETA" in buf.getvalue()
+
+
+def test_mixed_axis_values_are_one_text_column_in_every_table(tmp_path):
+    plan = build_plan(HOME_LAB, ["machines.mining_box.busy_until_s=0,5", "machines.rtx4090_box.note=x,1"], False,
+                      None, None, [])
+    part = run_sweep(plan, str(tmp_path / "o"), 0, quiet=True, on_saved=_interrupt_after(1))
+    assert not part.complete
+    first = pd.read_parquet(tmp_path / "o" / "results.parquet")
+    run_sweep(plan, str(tmp_path / "o"), 0, quiet=True)
+    final = pd.read_parquet(tmp_path / "o" / "results.parquet")
+    col = "machines.rtx4090_box.note"
+    assert first[col].dtype == final[col].dtype and pd.api.types.is_string_dtype(final[col])
+    assert list(final["machines.rtx4090_box.note"]) == ['"x"', "1", '"x"', "1"]  # "1" and 1 never look alike
+    assert list(final["machines.mining_box.busy_until_s"]) == [0, 0, 5, 5]

@@ -337,6 +337,13 @@ class Workload(Strict):
         "num_decode_tokens (Azure 2023 layout), optional cached_tokens and acceptance; or arrival_s, prompt_tokens, "
         "cached_tokens, output_tokens, acceptance.")
     time_scale: PositiveFloat = Field(1.0, description="Trace: arrival times multiplied by this (<1: more load).")
+    lengths: str | None = Field(
+        None, description="Not a trace: each request's prompt and output lengths drawn (with replacement) from the "
+        "rows of this CSV (relative to the scenario file): num_prefill_tokens, num_decode_tokens (Azure and Vidur "
+        "layout) or prompt_tokens, output_tokens; other columns ignored.")
+    lengths_max_tokens: int | None = Field(
+        None, gt=1, le=100_000_000, description="With lengths: prompt + output at most this many tokens, the prompt "
+        "shortened to fit (as Vidur caps its traces); at least one output token.")
     turn_tokens: int = Field(
         2000, gt=0, le=10_000_000, description="Agent: new prompt tokens per turn (tool output, user text).")
     turns: int = Field(8, gt=0, le=1_000_000, description="Agent: turns per session.")
@@ -638,6 +645,9 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
             errs.append(("serve.fidelity", "lookups", "counts with engine.batching (a batch step samples counts)"))
         if w.kind == "trace" and w.trace is None:
             errs.append(("serve.workload.trace", None, "a trace CSV path for a trace workload"))
+        if w.lengths is not None and w.kind in ("trace", "agent"):
+            errs.append(("serve.workload.lengths", w.lengths, f"no lengths table for a {w.kind} workload (its "
+                         "requests' lengths come from the " + ("trace)" if w.kind == "trace" else "conversation)")))
         if s.serve.output_tokens_max < s.serve.output_tokens_min:
             errs.append(("serve.output_tokens_max", s.serve.output_tokens_max, "at least output_tokens_min"))
     if s.report.load_model is not None:
@@ -923,23 +933,24 @@ def load_scenario(path: str, overrides: list[str] | tuple[str, ...] = ()) -> tup
         if (expr, key, value) not in early:
             label = f"{path} (--set {expr})"
             origins.append(_Origin(key, label, set_dotted(resolved, key, value, label)))
-    trace_key = "serve.workload.trace"
-    if not any(k == trace_key or trace_key.startswith(k + ".") for _, k, _ in sets):  # --set paths: from the cwd
-        _resolve_trace_path(resolved, path)
+    for name in ("trace", "lengths"):
+        key = f"serve.workload.{name}"
+        if not any(k == key or key.startswith(k + ".") for _, k, _ in sets):  # --set paths: from the cwd
+            _resolve_trace_path(resolved, path, name)
     try:
         return validate(resolved, path), resolved
     except ScenarioError as exc:
         raise _blame(exc, origins, resolved) from None
 
 
-def _resolve_trace_path(raw: dict, source: str) -> None:
-    """A relative trace path written in the scenario is relative to the scenario file (as calibration paths are);
-    one given with --set is relative to the current directory."""
+def _resolve_trace_path(raw: dict, source: str, name: str = "trace") -> None:
+    """A relative trace (or lengths) path written in the scenario is relative to the scenario file (as calibration
+    paths are); one given with --set is relative to the current directory."""
     workload = (raw.get("serve") or {}).get("workload") if isinstance(raw.get("serve"), dict) else None
-    trace = workload.get("trace") if isinstance(workload, dict) else None
+    trace = workload.get(name) if isinstance(workload, dict) else None
     if isinstance(trace, str) and not os.path.isabs(trace):
-        workload["trace"] = os.path.relpath(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(source)),
-                                                                          trace)))
+        workload[name] = os.path.relpath(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(source)),
+                                                                       trace)))
 
 
 def _blame(exc: ScenarioError, origins: list[_Origin], resolved: dict) -> ScenarioError:

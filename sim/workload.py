@@ -32,6 +32,7 @@ TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL_COLUMNS = ("cached_tokens", "acceptance")
 MAX_TOKENS = 10**8  # a trace's prompt token counts: no request is longer
 MAX_OUTPUT_TOKENS = 10**7  # ... and its generated tokens (decoding 1e7 tokens already takes about a minute)
+MAX_TABLE_ROWS = 10**8  # a lengths table is read whole
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,12 @@ def build_table(sv: Serve, rng: np.random.Generator) -> RequestTable:
     if w.kind == "trace":
         assert w.trace is not None
         return read_trace(w.trace, n, w.time_scale)
-    out = output_lengths(sv, n, rng)
-    prompt = np.full(n, sv.prompt_tokens, dtype=np.int64) if sv.prompt_tokens_mean is None \
-        else np.clip(np.rint(rng.exponential(sv.prompt_tokens_mean, n)), 0, MAX_TOKENS).astype(np.int64)
+    if w.lengths is not None:
+        prompt, out = sampled_lengths(w.lengths, n, w.lengths_max_tokens, rng)
+    else:
+        out = output_lengths(sv, n, rng)
+        prompt = np.full(n, sv.prompt_tokens, dtype=np.int64) if sv.prompt_tokens_mean is None \
+            else np.clip(np.rint(rng.exponential(sv.prompt_tokens_mean, n)), 0, MAX_TOKENS).astype(np.int64)
     cached = np.minimum(np.full(n, sv.cached_tokens, dtype=np.int64), prompt)
     nan = np.full(n, np.nan)
     if w.kind == "open":
@@ -87,6 +91,20 @@ def build_table(sv: Serve, rng: np.random.Generator) -> RequestTable:
         answered = out if sv.max_tokens is None else np.minimum(out, sv.max_tokens)  # what the next turn carries
         prompt, cached = agent_contexts(answered, client, w.turns, w.turn_tokens, sv.prompt_tokens)
     return RequestTable(nan, prompt, cached, out, nan, client, run)
+
+
+def sampled_lengths(path: str, n: int, max_tokens: int | None, rng: np.random.Generator
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt, output) tokens of ``n`` requests drawn with replacement from the rows of a lengths table (read and
+    checked as a trace without arrival times); with ``max_tokens``, the prompt is shortened so that prompt + output
+    fit and the output keeps at least one token."""
+    table = read_trace(path, MAX_TABLE_ROWS, key_path="serve.workload.lengths", lengths_only=True)
+    rows = rng.integers(0, len(table), size=n)
+    prompt, out = table.prompt_tokens[rows].copy(), table.output_tokens[rows].copy()
+    if max_tokens is not None:
+        out = np.minimum(out, max_tokens - 1)
+        prompt = np.clip(np.minimum(prompt, max_tokens - out), 0, None)
+    return prompt, out
 
 
 def agent_contexts(out: np.ndarray, client: np.ndarray, turns: int, turn_tokens: int, first_prompt: int
@@ -109,8 +127,10 @@ def agent_contexts(out: np.ndarray, client: np.ndarray, turns: int, turn_tokens:
     return prompt, cached
 
 
-def read_trace(path: str, limit: int, time_scale: float = 1.0) -> RequestTable:
-    """The first ``limit`` rows of a trace CSV; errors name the file, the column and what was expected.
+def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "serve.workload.trace",
+               lengths_only: bool = False) -> RequestTable:
+    """The first ``limit`` rows of a trace CSV (``lengths_only``: a table of lengths, arrival times not needed);
+    errors name the file, the column and what was expected.
 
     A bad cell's key path is ``row N.column``, N being its line in the file (comment and blank lines counted).
     """
@@ -120,16 +140,16 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0) -> RequestTable:
         with open(path, encoding="utf-8-sig", newline="") as fh:
             text = fh.read()
     except FileNotFoundError:
-        raise ScenarioError(path, "serve.workload.trace", "file not found") from None
+        raise ScenarioError(path, key_path, "file not found") from None
     except UnicodeDecodeError as exc:
-        raise ScenarioError(path, "serve.workload.trace", f"not UTF-8 text ({exc.reason}, byte {exc.start})") from None
+        raise ScenarioError(path, key_path, f"not UTF-8 text ({exc.reason}, byte {exc.start})") from None
     except OSError as exc:
-        raise ScenarioError(path, "serve.workload.trace", f"cannot read: {exc.strerror or exc}") from None
+        raise ScenarioError(path, key_path, f"cannot read: {exc.strerror or exc}") from None
     try:
         df = pd.read_csv(io.StringIO(text), comment="#", dtype=str)  # text cells: errors quote them as written
     except ValueError as exc:  # ParserError, EmptyDataError
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ScenarioError(path, "serve.workload.trace", f"not a readable CSV ({first})") from None
+        raise ScenarioError(path, key_path, f"not a readable CSV ({first})") from None
     rows = _data_lines(text, len(df))
     if not isinstance(df.index, pd.RangeIndex):  # pandas took the extra leading fields of the rows as an index
         raise ScenarioError(path, f"row {rows[0] if rows else 2}", "no more fields than the header has columns")
@@ -142,13 +162,13 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0) -> RequestTable:
         if list(df.columns).count(name) > 1:
             raise ScenarioError(path, shown.get(name, name), "a single column (the Azure and this project's names "
                                 "of a column count as the same column)")
-    missing = [c for c in TRACE_COLUMNS if c not in df.columns and (c != "arrival_s" or shown)]
+    missing = [c for c in TRACE_COLUMNS if c not in df.columns and (c != "arrival_s" or (shown and not lengths_only))]
     if missing:
         raise ScenarioError(path, shown.get(missing[0], missing[0]), "a column of the trace (arrived_at, "
                             "num_prefill_tokens, num_decode_tokens, or arrival_s, prompt_tokens, output_tokens)")
     df = df.iloc[:max(limit, 0)]
     if df.empty:
-        raise ScenarioError(path, "serve.workload.trace", "no requests in the trace")
+        raise ScenarioError(path, key_path, "no requests in the trace")
 
     def key(row: int, name: str) -> str:
         return f"row {rows[row]}.{shown.get(name, name)}"

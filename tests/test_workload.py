@@ -404,3 +404,44 @@ def test_trace_without_arrival_times_is_replayed_one_after_another(tmp_path):
     assert t.closed_loop and t.client.tolist() == [0, 0] and np.isnan(t.arrival_s).all()
     assert t.prompt_tokens.tolist() == [100, 200] and t.cached_tokens.tolist() == [0, 150]
     assert t.acceptance[0] == 0.7 and np.isnan(t.acceptance[1])
+
+
+# --- lengths drawn from a table ---------------------------------------------------------------------------------
+
+ARXIV = str(Path(__file__).resolve().parents[1] / "scenarios" / "traces" / "arxiv_summarization_lengths.csv")
+
+
+def test_lengths_are_drawn_from_the_table_rows(tmp_path):
+    path = write(tmp_path, "num_prefill_tokens,num_decode_tokens,pd_ratio\n100,10,10\n300,30,10\n")
+    t = table(3, serve__requests=2000, serve__workload__kind="open", serve__workload__rate_per_s=1.0,
+              serve__workload__lengths=path)
+    pairs = set(zip(t.prompt_tokens.tolist(), t.output_tokens.tolist(), strict=True))
+    assert pairs == {(100, 10), (300, 30)}  # whole rows, never a prompt of one row with the output of another
+    assert (t.prompt_tokens == 300).mean() == pytest.approx(0.5, abs=0.05)
+    assert_same(t, table(3, serve__requests=2000, serve__workload__kind="open", serve__workload__rate_per_s=1.0,
+                         serve__workload__lengths=path))
+
+
+def test_lengths_cap_shortens_the_prompt(tmp_path):
+    path = write(tmp_path, "prompt_tokens,output_tokens\n4000,200\n50,5000\n10,10\n")
+    t = table(1, serve__requests=300, serve__workload__lengths=path, serve__workload__lengths_max_tokens=1000)
+    total = t.prompt_tokens + t.output_tokens
+    assert total.max() <= 1000 and t.output_tokens.min() >= 1 and t.prompt_tokens.min() >= 0
+    assert set(zip(t.prompt_tokens.tolist(), t.output_tokens.tolist(), strict=True)) == {(800, 200), (1, 999),
+                                                                                           (10, 10)}
+
+
+def test_the_arxiv_table_gives_the_reference_token_counts():
+    """10,000 requests of the Vidur reference workload: 25.8M prefill and 2.9M decode tokens (traces README)."""
+    t = table(0, serve__requests=10_000, serve__workload__kind="open", serve__workload__rate_per_s=1.0,
+              serve__workload__lengths=ARXIV, serve__workload__lengths_max_tokens=4096)
+    assert t.prompt_tokens.sum() / 1e6 == pytest.approx(25.8, abs=0.3)
+    assert t.output_tokens.sum() / 1e6 == pytest.approx(2.9, abs=0.1)
+
+
+def test_lengths_errors_name_their_key(tmp_path):
+    with pytest.raises(ScenarioError, match="serve.workload.lengths: file not found"):
+        table(serve__workload__lengths=str(tmp_path / "none.csv"))
+    with pytest.raises(ScenarioError) as info:
+        moe_scenario(serve__workload__kind="agent", serve__workload__lengths=ARXIV)
+    assert info.value.path == "serve.workload.lengths"

@@ -1,0 +1,127 @@
+"""The speed and memory suite (not a test): python benchmarks/run.py [--quick] [--cases NAME,...]
+
+Each case runs in a fresh process, so its peak RSS is its own (read from the kernel when the process ends). Each
+prints wall time (the simulation, from loading the scenario to the last metric; interpreter start and imports are
+reported apart), simulated requests and generated tokens per wall-second, the ratio to the reference figures of the
+Vidur simulator on this machine kind (``shared/traces/README.md``: 54-76 s and 1.9-2.5 GiB for 10,000 arXiv
+requests), and the wall time in units of a fixed pure-Python reference loop timed in the same run, so figures from
+different machines compare.
+
+Cases:
+- ``moe_arxiv_{1k,10k,100k}``: the issue's reference workload (lengths drawn from arxiv_summarization_lengths.csv,
+  at most 4,096 tokens, Poisson arrivals at 1 request/s) on the gen3_5090 MoE engine with the expert cache on;
+- ``azure_conv``: the whole Azure 2023 conversation trace (19,366 requests) on azure_conv_5090 (gen3_5090 round 2);
+- ``sweep_one_point``: ``sim sweep`` of one home-lab point (a simulation of milliseconds), the whole command: what a
+  sweep pays per process (interpreter start, imports, scenario load, tables).
+The dense 7B case (one GPU, continuous batching) is listed as not simulated: sim has no dense engine yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import ROOT, reference_loop_s
+
+ARXIV = [
+    "serve.workload.kind=open", "serve.workload.rate_per_s=1", "serve.workload.arrival_law=poisson",
+    "serve.workload.lengths=scenarios/traces/arxiv_summarization_lengths.csv", "serve.workload.lengths_max_tokens=4096",
+]
+CASES: dict[str, dict] = {
+    "moe_arxiv_1k": {"scenario": "scenarios/gen3_5090.yaml", "sets": [*ARXIV, "serve.requests=1000"],
+                     "target_s": None},
+    "moe_arxiv_10k": {"scenario": "scenarios/gen3_5090.yaml", "sets": [*ARXIV, "serve.requests=10000"],
+                      "target_s": 4.0, "reference": True},
+    "moe_arxiv_100k": {"scenario": "scenarios/gen3_5090.yaml", "sets": [*ARXIV, "serve.requests=100000"],
+                       "target_s": None},
+    "azure_conv": {"scenario": "scenarios/azure_conv_5090.yaml", "sets": ["serve.requests=19366"], "target_s": 4.0},
+    # a point whose simulation costs milliseconds (one dispatch job): the command's wall is its overhead
+    "sweep_one_point": {"command": ["-m", "sim", "sweep", "scenarios/home_lab.yaml", "--axis",
+                                    "jobs.long_with_load.tokens=1000", "--workers", "1", "--quiet"], "target_s": 0.5},
+}
+QUICK = ["moe_arxiv_1k", "azure_conv", "sweep_one_point"]
+VIDUR_S = (54.0, 76.0)  # 10,000 arXiv requests, one simulated A100 (shared/traces/README.md)
+VIDUR_GIB = (1.9, 2.5)
+NOT_SIMULATED = {"dense_7b_arxiv_10k": "a dense 7B model on one GPU with continuous batching (target 2.7 s, 300 MB): "
+                 "sim has no dense serving engine yet"}
+
+
+def child(name: str) -> None:
+    """Run one case in this process and print its figures as JSON."""
+    t0 = time.perf_counter()
+    import numpy as np
+
+    from sim.moe_serve import serve, serve_metrics
+    from sim.scenario import load_scenario
+
+    imported = time.perf_counter() - t0
+    case = CASES[name]
+    start = time.perf_counter()
+    scn, _ = load_scenario(case["scenario"], case["sets"])
+    eng, recs, tl = serve(scn, np.random.default_rng(0))
+    m = serve_metrics(eng, recs, tl)
+    wall = time.perf_counter() - start
+    print(json.dumps({"wall_s": wall, "import_s": imported, "requests": len(recs),
+                      "tokens": int(sum(r.output_tokens for r in recs)),
+                      "prompt_tokens": int(sum(r.prompt_tokens for r in recs)), "makespan_s": m["makespan_s"]}))
+
+
+def run_case(name: str) -> dict:
+    case = CASES[name]
+    if "command" in case:
+        out = tempfile.mkdtemp(prefix="sim-bench-")
+        argv = [sys.executable, *case["command"], "--out", out]
+    else:
+        argv = [sys.executable, os.path.abspath(__file__), "--child", name]
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(proc.pid, 0)
+    total = time.perf_counter() - start
+    stdout, stderr = proc.stdout.read(), proc.stderr.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{name} failed: {stderr.strip().splitlines()[-1] if stderr.strip() else status}")
+    figures = json.loads(stdout) if "command" not in case else {"wall_s": total}
+    return {"case": name, "process_s": total, "peak_rss_mb": usage.ru_maxrss / 1024, **figures}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
+    ap.add_argument("--cases", default=None, help=f"comma-separated, of {', '.join(CASES)}")
+    args = ap.parse_args()
+    if args.child:
+        child(args.child)
+        return
+    names = args.cases.split(",") if args.cases else (QUICK if args.quick else list(CASES))
+    ref = min(reference_loop_s() for _ in range(3))
+    print(f"reference loop (1e6 additions): {ref * 1e3:.1f} ms; python {sys.version.split()[0]}")
+    print(f"{'case':<18}{'wall s':>8}{'process s':>10}{'RSS MB':>8}{'requests':>10}{'tokens':>11}{'req/s':>9}"
+          f"{'tok/s':>10}{'ref loops':>10}  target, reference")
+    for name in names:
+        r = run_case(name)
+        case = CASES[name]
+        per = (f"{r['requests'] / r['wall_s']:>9,.0f}{r['tokens'] / r['wall_s']:>10,.0f}" if "requests" in r
+               else f"{'':>9}{'':>10}")
+        counts = f"{r['requests']:>10,}{r['tokens']:>11,}" if "requests" in r else f"{'':>10}{'':>11}"
+        notes = []
+        if case.get("target_s"):
+            notes.append(f"target {case['target_s']:g} s: {'met' if r['wall_s'] <= case['target_s'] else 'MISSED'}")
+        if case.get("reference"):
+            notes.append(f"{VIDUR_S[0] / r['wall_s']:.0f}-{VIDUR_S[1] / r['wall_s']:.0f}x faster and "
+                         f"{VIDUR_GIB[0] * 1024 / r['peak_rss_mb']:.1f}-{VIDUR_GIB[1] * 1024 / r['peak_rss_mb']:.1f}x "
+                         "less memory than Vidur")
+        print(f"{name:<18}{r['wall_s']:>8.2f}{r['process_s']:>10.2f}{r['peak_rss_mb']:>8.0f}{counts}{per}"
+              f"{r['wall_s'] / ref:>10.0f}  {'; '.join(notes)}")
+    for name, why in NOT_SIMULATED.items():
+        print(f"{name:<18}{'-':>8}  not simulated: {why}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, ROOT)
+    main()

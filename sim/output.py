@@ -8,7 +8,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
@@ -35,15 +35,16 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, flush it to disk, then rename over ``path``."""
+def atomic_write_with(path: str, write: Callable[[str], None]) -> None:
+    """Let ``write(tmp)`` fill a temporary file beside ``path``, flush it to disk, then rename it over ``path``: an
+    interrupted write never leaves a half file under the real name."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
+        write(tmp)
+        with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
@@ -51,6 +52,16 @@ def atomic_write_text(path: str, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write ``text`` (UTF-8, line endings as given) to ``path`` atomically."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+
+    atomic_write_with(path, write)
 
 
 def csv_text(rows: Iterable[Mapping[str, Any]]) -> str:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .errors import ScenarioError
+from .output import atomic_write_with
 
 # Okabe & Ito (2008), safe for the common colour-vision deficiencies; markers and dashes tell lines apart in grey too
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442"]
@@ -172,18 +172,8 @@ def save(fig, path: str) -> None:
     if ext not in FORMATS:
         raise ScenarioError("-o", path, f"a file ending in .{', .'.join(FORMATS)}")
     metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}, "png": {"Software": None}}[ext]
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix="." + ext, dir=folder)
-    os.close(fd)
     try:
-        fig.savefig(tmp, format=ext, metadata=metadata, bbox_inches="tight")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        atomic_write_with(path, lambda tmp: fig.savefig(tmp, format=ext, metadata=metadata, bbox_inches="tight"))
     finally:
         import matplotlib.pyplot as plt
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ScenarioError, SimulationError
-from .output import _umask, atomic_write_text, dumps
+from .output import atomic_write_text, atomic_write_with, dumps
 from .scenario import Scenario, load_scenario
 from .sweep_spec import Plan
 
@@ -502,21 +502,7 @@ def _is_metric(column: str, axes: list[str]) -> bool:
 
 
 def _atomic_parquet(frame, path: str) -> None:
-    import tempfile
-
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".results.", suffix=".parquet.tmp", dir=folder)
-    os.close(fd)
-    try:
-        frame.to_parquet(tmp, index=False, engine="pyarrow")
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the table gets the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_with(path, lambda tmp: frame.to_parquet(tmp, index=False, engine="pyarrow"))
 
 
 def scenario_facts(plan: Plan) -> dict:

@@ -52,6 +52,17 @@ def run(scn: Scenario, seed: int) -> RunResult:
     return res
 
 
+def run_record(scn: Scenario, seed: int) -> dict:
+    """What a sweep stores of one run: every metric, or why the scenario cannot be simulated at that point."""
+    from .errors import SimulationError
+
+    try:
+        res = run(scn, seed)
+    except SimulationError as exc:
+        return {"metrics": {}, "error": str(exc)}
+    return {"metrics": res.metrics, "error": None}
+
+
 def flat_metrics(res: RunResult) -> dict[str, float]:
     m: dict[str, float] = {}
     for p in res.probes:

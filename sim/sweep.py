@@ -155,14 +155,10 @@ def prepare_tasks(plan: Plan, seed: int | None) -> tuple[list[Task], list[str], 
 
 
 def simulate(scenario: Scenario, seed: int) -> dict:
-    """One run's stored record: every metric, or the reason the scenario cannot be simulated at this point."""
-    from .runner import run
+    """One run's stored record (``sim.runner.run_record``: inside the code digest, as what it stores is a result)."""
+    from .runner import run_record
 
-    try:
-        res = run(scenario, seed)
-    except SimulationError as exc:
-        return {"metrics": {}, "error": str(exc)}
-    return {"metrics": res.metrics, "error": None}
+    return run_record(scenario, seed)
 
 
 def _ignore_sigint() -> None:

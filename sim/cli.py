@@ -178,14 +178,14 @@ def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None,
           uncertainty: int | None, overrides: tuple[str, ...], workers: int | None, dask_address: str | None,
           out_dir: str, quiet: bool) -> None:
     """Run TARGET (a scenario with --axis, or a sweep file under scenarios/sweeps/) at every point of its axes."""
-    from .sweep import dask_backend, pool_backend, prepare_tasks, run_sweep, serial_backend
+    from .sweep import DaskBackend, pool_backend, prepare_tasks, run_sweep, serial_backend
     from .sweep_spec import build_plan
 
     if workers is not None and dask_address is not None:
         raise click.UsageError("give --workers or --dask, not both")
     plan = build_plan(target, list(axes), zip_axes, seeds, uncertainty, list(overrides))
     runs = len(plan.points) * plan.seeds * (plan.uncertainty or 1)
-    dask = dask_backend(dask_address) if dask_address is not None else None  # a wrong address fails now
+    dask = DaskBackend(dask_address) if dask_address is not None else None  # a wrong address fails now
     try:
         if not quiet and runs >= 1000:
             click.echo(f"sim sweep: checking the {runs} runs' scenarios...", err=True)

@@ -28,7 +28,7 @@ from typing import Any
 from .errors import ScenarioError, SimulationError
 from .output import atomic_write_text, atomic_write_with, dumps
 from .scenario import Scenario, load_scenario
-from .sweep_spec import Plan
+from .sweep_spec import RESERVED_COLUMNS, Plan
 
 POINTS_DIR = "points"
 REFRESH_S = 30.0  # seconds between rewrites of the tables while a sweep runs
@@ -209,10 +209,8 @@ class Progress:
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.start = time.monotonic()
         self.last = -math.inf
-        self.done = 0
 
     def update(self, done: int, final: bool = False) -> None:
-        self.done = done
         now = time.monotonic()
         if self.quiet or (not final and now - self.last < (0.2 if self.tty else 5.0)):
             return
@@ -242,12 +240,12 @@ def serial_backend(tasks: list[Task]) -> Iterator[tuple[int, dict]]:
         yield _run_task(t)
 
 
-def _drain(futures, yielded: set, result) -> Iterator[tuple[int, dict]]:
+def _drain(futures, yielded: set) -> Iterator[tuple[int, dict]]:
     """Results that are finished but not yet handed over when the sweep is stopped: saved, not thrown away."""
     for f in futures:
         if f not in yielded and f.done() and not f.cancelled():
             try:
-                item = result(f)
+                item = f.result()
             except Exception:  # noqa: BLE001 - a failed run is simply not saved
                 continue
             yielded.add(f)
@@ -275,7 +273,7 @@ def pool_backend(workers: int) -> Backend:
                 yielded.add(f)
                 yield item
         except KeyboardInterrupt:
-            yield from _drain(futures, yielded, lambda f: f.result())
+            yield from _drain(futures, yielded)
             raise
         finally:  # stopped, failed or done: drop what has not started, stop the workers
             for f in futures:
@@ -288,11 +286,6 @@ def pool_backend(workers: int) -> Backend:
 
 
 _DASK_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
-
-
-def worker_digest() -> str:
-    """What a Dask worker reports: the code digest of the sim it would run."""
-    return code_digest()
 
 
 class DaskBackend:
@@ -315,7 +308,7 @@ class DaskBackend:
             raise ScenarioError("--dask", address, f"a reachable Dask scheduler ({type(exc).__name__}: "
                                 f"{str(exc).splitlines()[0] if str(exc) else 'no answer'})") from None
         try:
-            digests = self.client.run(worker_digest)
+            digests = self.client.run(code_digest)  # on every worker: the digest of the sim it would run
         except Exception as exc:  # noqa: BLE001 - a worker that cannot import sim, say
             self.close()
             raise ScenarioError("--dask", address, f"workers that can run sim ({type(exc).__name__}: {exc})") \
@@ -353,14 +346,10 @@ class DaskBackend:
                 yielded.add(f)
                 yield item
         except KeyboardInterrupt:
-            yield from _drain(futures, yielded, lambda f: f.result())
+            yield from _drain(futures, yielded)
             raise
         finally:
             client.cancel(futures)
-
-
-def dask_backend(address: str) -> DaskBackend:
-    return DaskBackend(address)
 
 
 def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backend = serial_backend,
@@ -386,14 +375,14 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
     reused = len(records)
     todo = [t for t in tasks if t.index not in records]
     progress = Progress(len(tasks), reused, quiet)
-    state = {"ran": 0, "complete": False}
+    ran, complete = 0, False
+    facts = scenario_facts(plan)  # read once, written with every table
 
     def tables() -> SweepResult:
         rows = table_rows(plan, tasks, records)
-        done = state["complete"] and len(rows) == len(tasks)
-        res = SweepResult(plan, tasks, rows, state["ran"], reused, done, sum(1 for r in rows if r.get("error")),
-                          names, held)
-        write_results(out_dir, res)
+        res = SweepResult(plan, tasks, rows, ran, reused, complete and len(rows) == len(tasks),
+                          sum(1 for r in rows if r.get("error")), names, held)
+        write_results(out_dir, res, facts)
         return res
 
     if todo:  # tables of an earlier sweep in this folder never pass for this one's: they say what is done so far
@@ -406,21 +395,21 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
             t = tasks[index]
             store.put(t.key, t.seed, record)
             records[index] = {"key": t.key, "seed": t.seed, **record}
-            state["ran"] += 1
-            progress.update(state["ran"])
+            ran += 1
+            progress.update(ran)
             if on_saved:
-                on_saved(state["ran"])
+                on_saved(ran)
             if time.monotonic() - written > REFRESH_S:  # a long sweep can be looked at (sim plot) while it runs
                 tables()
                 written = time.monotonic()
-        state["complete"] = True
+        complete = True
     except KeyboardInterrupt:
         pass
     except BackendFailure as exc:
         failure = exc
     finally:  # whatever stopped it, the tables say what is stored
         _restore_sigterm(previous)
-        progress.update(state["ran"], final=True)
+        progress.update(ran, final=True)
         result = tables()
     if failure is not None:
         raise BackendFailure(f"{failure}: {len(result.rows)} of {len(tasks)} runs saved in {out_dir}; the same "
@@ -493,8 +482,7 @@ def results_frame(rows: list[dict], axes: list):
 
 
 def _is_metric(column: str, axes: list[str]) -> bool:
-    return column not in axes and column not in ("point", "seed", "draw", "key", "error") and \
-        not column.startswith("param.")
+    return column not in axes and column not in RESERVED_COLUMNS and not column.startswith("param.")
 
 
 def _atomic_parquet(frame, path: str) -> None:
@@ -507,7 +495,7 @@ def scenario_facts(plan: Plan) -> dict:
     return {"name": scn.name, "tie_threshold": scn.dispatch.tie_threshold, "machines": list(scn.machines)}
 
 
-def write_results(out_dir: str, res: SweepResult) -> None:
+def write_results(out_dir: str, res: SweepResult, facts: dict) -> None:
     """``results.parquet``, ``results.csv``, then ``sweep.json`` (last: what it says describes the tables)."""
     plan = res.plan
     frame = results_frame(res.rows, plan.axes)
@@ -521,7 +509,7 @@ def write_results(out_dir: str, res: SweepResult) -> None:
         "complete": res.complete and len(res.rows) == len(res.tasks), "errors": res.errors,
         "plot": plan.plot.model_dump() if plan.plot else None,
         "measured": plan.measured_points,
-        "facts": scenario_facts(plan),
+        "facts": facts,
         "code": code_digest(),
     }
     atomic_write_text(os.path.join(out_dir, "sweep.json"), dumps(manifest))

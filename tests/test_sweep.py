@@ -189,10 +189,10 @@ def test_one_worker_two_workers_and_dask_give_identical_tables(tmp_path):
     distributed = pytest.importorskip("distributed")
     one = run_sweep(gen3_plan(seeds=2), str(tmp_path / "one"), 3, backend=serial_backend, quiet=True)
     two = run_sweep(gen3_plan(seeds=2), str(tmp_path / "two"), 3, backend=pool_backend(2), quiet=True)
-    from sim.sweep import dask_backend
+    from sim.sweep import DaskBackend
 
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
-        dask = run_sweep(gen3_plan(seeds=2), str(tmp_path / "dask"), 3, backend=dask_backend(c.scheduler_address),
+        dask = run_sweep(gen3_plan(seeds=2), str(tmp_path / "dask"), 3, backend=DaskBackend(c.scheduler_address),
                          quiet=True)
     assert one.ran == two.ran == dask.ran == 12
     csv = [(tmp_path / d / "results.csv").read_bytes() for d in ("one", "two", "dask")]

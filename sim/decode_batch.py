@@ -71,12 +71,21 @@ class TierSampler:
         host = eng.peers
         return StepCounts(resident, counts[host], np.stack(counts[:host], axis=2) if host else None,
                           counts[host + 1] if eng.host_slots is not None else None,
-                          resident.sum(axis=1) + sum(c.sum(axis=1) for c in counts))
+                          _row_sums(resident) + sum(_row_sums(c) for c in counts))
+
+
+def _row_sums(counts: np.ndarray) -> np.ndarray:
+    """Per-step totals of [steps, layers] counts (int32 sums are exact: a step touches far fewer than 2^31)."""
+    return counts.sum(axis=1, dtype=np.int32) if counts.dtype == np.int32 else counts.sum(axis=1)
+
+
+STEPS_AT_ONCE = 1_000_000  # verification steps whose drafts are drawn at once (memory: about 50 bytes each)
 
 
 def steps_needed(tokens: np.ndarray, acceptance: np.ndarray, drafts: int, rng: np.random.Generator) -> np.ndarray:
     """Verification steps each request needs to generate its tokens: each step yields 1 + the leading accepted
-    drafts (each accepted with the request's acceptance)."""
+    drafts (each accepted with the request's acceptance). Requests are drawn in blocks of at most
+    ``STEPS_AT_ONCE`` steps, in order, so the draws (and the result) do not depend on the block size."""
     steps = np.zeros(tokens.size, dtype=np.int64)
     if drafts == 0:
         return tokens.astype(np.int64)
@@ -85,20 +94,33 @@ def steps_needed(tokens: np.ndarray, acceptance: np.ndarray, drafts: int, rng: n
     while todo.size:
         a = acceptance[todo]
         m = np.ceil(need[todo] / expected_tokens_per_step(drafts, a) * 1.3).astype(np.int64) + 8
-        owner = np.repeat(np.arange(todo.size), m)
-        made = tokens_per_step(drafts, a[owner], owner.size, rng)
-        starts = np.concatenate(([0], np.cumsum(m)[:-1]))
-        done = np.cumsum(made)
-        local = done - np.repeat(done[starts] - made[starts], m)
-        reached = local >= np.repeat(need[todo], m)
-        index = np.arange(owner.size) - np.repeat(starts, m)
-        first = np.minimum.reduceat(np.where(reached, index, np.iinfo(np.int64).max), starts)
-        finished = first < np.iinfo(np.int64).max
-        steps[todo[finished]] += first[finished] + 1
-        steps[todo[~finished]] += m[~finished]
-        need[todo[~finished]] -= local[starts[~finished] + m[~finished] - 1]
-        todo = todo[~finished]
+        ends = np.cumsum(m)
+        cuts = np.unique(np.searchsorted(ends, np.arange(STEPS_AT_ONCE, int(ends[-1]), STEPS_AT_ONCE), side="left"))
+        left = []
+        for lo, hi in zip(np.concatenate(([0], cuts + 1)), np.append(cuts + 1, todo.size), strict=True):
+            if lo < hi:
+                left.append(_draw_steps(todo[lo:hi], a[lo:hi], m[lo:hi], need, steps, drafts, rng))
+        todo = np.concatenate(left)
     return steps
+
+
+def _draw_steps(todo: np.ndarray, a: np.ndarray, m: np.ndarray, need: np.ndarray, steps: np.ndarray, drafts: int,
+                rng: np.random.Generator) -> np.ndarray:
+    """Draw ``m[i]`` steps for each request ``todo[i]``: add the steps it needed to ``steps`` if they sufficed,
+    else all of them (and lower its ``need``); returns the requests still short."""
+    owner = np.repeat(np.arange(todo.size), m)
+    made = tokens_per_step(drafts, a[owner], owner.size, rng)
+    starts = np.concatenate(([0], np.cumsum(m)[:-1]))
+    done = np.cumsum(made)
+    local = done - np.repeat(done[starts] - made[starts], m)
+    reached = local >= np.repeat(need[todo], m)
+    index = np.arange(owner.size) - np.repeat(starts, m)
+    first = np.minimum.reduceat(np.where(reached, index, np.iinfo(np.int64).max), starts)
+    finished = first < np.iinfo(np.int64).max
+    steps[todo[finished]] += first[finished] + 1
+    steps[todo[~finished]] += m[~finished]
+    need[todo[~finished]] -= local[starts[~finished] + m[~finished] - 1]
+    return todo[~finished]
 
 
 def decode_many(eng, tokens: np.ndarray, acceptance: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:

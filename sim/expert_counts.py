@@ -17,6 +17,8 @@ multinomial with the request's probabilities ``sum_e q_e * [e in tier]``.
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,47 +109,58 @@ class CountSampler:
 
     cdf: np.ndarray  # flat, increasing: layer l's CDF + l
     width: int  # entries per layer (max N + 1)
-    grid: np.ndarray | None = None  # flat [layers, GRID + 1]: value at u = j / GRID
+    grid: np.ndarray | None = None  # flat [layers, GRID + 1]: value for u in [j / GRID, (j + 1) / GRID), or -1 where
+    # the CDF jumps inside that interval (the draw needs the search)
 
     @classmethod
     def build(cls, mean: np.ndarray, var: np.ndarray) -> CountSampler:
-        from scipy.special import gammaln, xlog1py, xlogy
-
         n, p = binomial_matching(mean, var)
         # beyond mean + 12 sd the tail mass is far below one draw in 1e12: truncate the table there
         k = np.arange(int(min(n.max(), np.max(mean + 12 * np.sqrt(var)) + 12)) + 1)
-        nn, pp = n[:, None].astype(float), p[:, None]
-        with np.errstate(invalid="ignore"):
-            log_pmf = (gammaln(nn + 1) - gammaln(k + 1) - gammaln(np.maximum(nn - k, 0) + 1)
-                       + xlogy(k, pp) + xlog1py(nn - k, -pp))
+        nn, pp = n[:, None], p[:, None]
+        rest = np.maximum(nn - k, 0)
+        log_fact = log_factorials(int(n.max()))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            log_pmf = (log_fact[nn] - log_fact[k] - log_fact[rest]
+                       + np.where(k > 0, k * np.log(pp), 0.0) + np.where(rest > 0, rest * np.log1p(-pp), 0.0))
         pmf = np.where(k[None, :] <= nn, np.exp(log_pmf), 0.0)
         cdf = np.minimum(np.cumsum(pmf, axis=1), 1.0)
         cdf[:, -1] = 1.0
         cdf += np.arange(mean.size)[:, None]
         flat = cdf.ravel()
         layers = np.arange(mean.size)
-        points = np.minimum(np.arange(GRID + 1) / GRID, np.nextafter(1.0, 0.0))[None, :] + layers[:, None]
-        grid = np.searchsorted(flat, points, side="right") - (layers * k.size)[:, None]
-        return cls(flat, k.size, grid.astype(np.int32).ravel())
+        points = np.arange(GRID) / GRID  # the grid's last point (u = 1) is never reached: it is marked to search
+        # grid[l, j]: entries of layer l's CDF at or below u = j / GRID (compared shifted, as the draws are), i.e.
+        # the count of entries whose first grid point at or above them is j or before
+        first = np.concatenate([np.searchsorted(points + layer, cdf[layer], side="left") for layer in layers])
+        counts = np.bincount(first + np.repeat(layers * (GRID + 1), k.size), minlength=mean.size * (GRID + 1))
+        grid = np.cumsum(counts.reshape(mean.size, GRID + 1), axis=1).astype(np.int32)
+        grid[:, :-1][grid[:, :-1] != grid[:, 1:]] = -1
+        grid[:, -1] = -1  # u * GRID rounds up to GRID only for u within an ulp of 1: search
+        return cls(flat, k.size, grid.ravel())
 
     def sample(self, steps: int, rng: np.random.Generator) -> np.ndarray:
         layers = self.cdf.size // self.width
         u = rng.random((steps, layers))
         if self.grid is None:
             return np.searchsorted(self.cdf, u + np.arange(layers), side="right") - np.arange(layers) * self.width
-        j = (u * GRID).astype(np.int32)
+        u *= GRID  # exact (a power of two): u / GRID below is the drawn u again
+        j = u.astype(np.int32)
         j += np.arange(0, layers * (GRID + 1), GRID + 1, dtype=np.int32)
-        lo = np.take(self.grid, j)
-        out = lo
-        jump = np.flatnonzero(lo != np.take(self.grid, j + 1))
+        out = np.take(self.grid, j, mode="clip", out=np.empty_like(j))  # j is in range: clip skips the checks
+        jump = np.flatnonzero(out < 0)
         if jump.size:
-            flat_u = u.ravel()[jump]
             layer = jump % layers
-            exact = np.searchsorted(self.cdf, flat_u + layer, side="right") - layer * self.width
-            out = lo.ravel()
-            out[jump] = exact
-            out = out.reshape(u.shape)
+            flat = out.reshape(-1)
+            flat[jump] = (np.searchsorted(self.cdf, u.reshape(-1)[jump] / GRID + layer, side="right")
+                          - layer * self.width)
         return out
+
+
+@functools.lru_cache(maxsize=8)
+def log_factorials(n: int) -> np.ndarray:
+    """``log(k!)`` for k = 0 .. n (``math.lgamma``, exact to the last bits of the C library)."""
+    return np.array([math.lgamma(k + 1) for k in range(n + 1)])
 
 
 def draws_per_step(top_k: int, positions: int, locality: float) -> float:

@@ -34,6 +34,7 @@ Everything is vectorised over steps and layers.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,16 +88,15 @@ def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: b
     in host RAM; ``peer``: [steps, layers, peers] held by each peer GPU; ``disk``: [steps, layers] beyond host RAM;
     ``eager``: the request already left the fused path in an earlier step; ``starts``: the steps belong to several
     requests, each starting (fused) at these sorted step indices."""
+    if peer is None and disk is None and resident.size and resident.dtype.kind in "iu" and missed.dtype.kind in "iu":
+        return _step_times_tabulated(resident, missed, p, eager, starts)
     layers = resident.shape[1]
-    gpu = p.dense_s / layers + p.gpu_expert_s * resident
-    if p.split_share:  # layer split: every card does its share of every layer; the layer waits for the slowest
-        gpu = np.max([share * scale * gpu + xfer for share, scale, xfer
-                      in zip(p.split_share, p.split_scale, p.split_xfer_s, strict=True)], axis=0)
+    gpu = _layer_gpu_s(p, layers, resident)
     on_cpu = np.minimum(missed, np.floor(gpu / p.cpu_expert_s + 1e-9))  # whole experts (guarding float rounding)
     reads = missed - on_cpu
     if disk is not None:
         reads = reads + disk
-    wait = np.where(reads > 0, p.pcie_latency_s + reads * p.expert_bytes / (p.link_share * p.link_gbps * GB), 0.0)
+    wait = _read_wait_s(p, reads)
     if disk is not None:
         wait = wait + np.where(disk > 0, p.disk_latency_s + disk * p.expert_bytes / (p.disk_gbps * GB), 0.0)
     if peer is not None:
@@ -104,21 +104,88 @@ def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: b
             held = peer[:, :, i]
             wait = np.maximum(wait, np.where(held > 0, latency_s + expert_s * held, 0.0))
     step_reads = reads.sum(axis=1)
-    if p.break_mode == "sticky" and starts is not None:
-        done = np.cumsum(step_reads)
-        before = np.repeat(done[starts] - step_reads[starts], np.diff(np.append(starts, step_reads.size)))
-        in_eager = done - before > 0
-    elif p.break_mode == "sticky":
-        in_eager = np.logical_or(eager, np.cumsum(step_reads) > 0)
-        eager = bool(in_eager[-1]) if in_eager.size else eager
-    else:
-        in_eager = step_reads > 0
+    in_eager, eager = _eager_steps(p, step_reads, eager, starts)
     # copies proceed while the layer computes and, in an eager step, through its launch and sync gaps as well
     window = gpu + np.where(in_eager, p.graph_break_s / layers, 0.0)[:, None]
     stall = np.maximum(wait - window, 0.0).sum(axis=1)
     steps = resident.shape[0]
     return StepTimes(gpu.sum(axis=1), stall, np.where(in_eager, p.graph_break_s, 0.0), np.full(steps, p.host_s),
                      step_reads, on_cpu.sum(axis=1), eager)
+
+
+def _layer_gpu_s(p: StepParams, layers: int, resident: np.ndarray) -> np.ndarray:
+    """GPU seconds of one layer-step with ``resident`` touched experts in VRAM (layer split: the slowest card)."""
+    gpu = p.dense_s / layers + p.gpu_expert_s * resident
+    if p.split_share:  # layer split: every card does its share of every layer; the layer waits for the slowest
+        gpu = np.max([share * scale * gpu + xfer for share, scale, xfer
+                      in zip(p.split_share, p.split_scale, p.split_xfer_s, strict=True)], axis=0)
+    return gpu
+
+
+def _read_wait_s(p: StepParams, reads: np.ndarray) -> np.ndarray:
+    """Seconds a layer waits for ``reads`` experts over PCIe (0 without reads)."""
+    return np.where(reads > 0, p.pcie_latency_s + reads * p.expert_bytes / (p.link_share * p.link_gbps * GB), 0.0)
+
+
+def _eager_steps(p: StepParams, step_reads: np.ndarray, eager: bool, starts: np.ndarray | None
+                 ) -> tuple[np.ndarray, bool]:
+    """Which steps run off the fused path, and whether the request stays eager after them."""
+    if p.break_mode == "sticky" and starts is not None:
+        done = np.cumsum(step_reads)
+        before = np.repeat(done[starts] - step_reads[starts], np.diff(np.append(starts, step_reads.size)))
+        return done - before > 0, eager
+    if p.break_mode == "sticky":
+        in_eager = np.logical_or(eager, np.cumsum(step_reads) > 0)
+        return in_eager, bool(in_eager[-1]) if in_eager.size else eager
+    return step_reads > 0, eager
+
+
+@dataclass(frozen=True)
+class _LayerTable:
+    """Everything a layer-step costs, as a function of its (resident, missed) counts only: the same expressions as
+    :func:`step_times`, evaluated once on the grid of counts, so a [steps, layers] batch is a few table reads."""
+
+    width: int  # missed counts 0 .. width - 1
+    gpu: np.ndarray  # [resident]
+    on_cpu: np.ndarray  # [resident * width + missed] (int)
+    reads: np.ndarray  # [resident * width + missed] (int)
+    stall: np.ndarray  # [eager * cells + resident * width + missed]
+
+
+@functools.lru_cache(maxsize=64)
+def _layer_table(p: StepParams, layers: int, resident_max: int, missed_max: int) -> _LayerTable:
+    r = np.arange(resident_max + 1)
+    m = np.arange(missed_max + 1)
+    gpu = _layer_gpu_s(p, layers, r)
+    on_cpu = np.minimum(m[None, :], np.floor(gpu / p.cpu_expert_s + 1e-9)[:, None])
+    reads = m[None, :] - on_cpu
+    wait = _read_wait_s(p, reads)
+    stall = [np.maximum(wait - (gpu + add)[:, None], 0.0).ravel() for add in (0.0, p.graph_break_s / layers)]
+    return _LayerTable(m.size, gpu, on_cpu.astype(np.int32).ravel(), reads.astype(np.int32).ravel(),
+                       np.concatenate(stall))
+
+
+def _step_times_tabulated(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: bool,
+                          starts: np.ndarray | None) -> StepTimes:
+    """:func:`step_times` without peers or disk, by table reads: every per-layer value is the one the expressions
+    give (the same floating-point operations on the same counts), summed in the same order. A layer stalls only
+    where it reads over PCIe (a few layer-steps in a hundred), so stalls are looked up there alone."""
+    steps, layers = resident.shape
+    tab = _layer_table(p, layers, int(resident.max()), int(missed.max()))
+    cell = resident.astype(np.int32, copy=True)
+    cell *= tab.width
+    cell += missed
+    reads = np.take(tab.reads, cell, mode="clip", out=np.empty_like(cell))  # cell is in range: clip skips checks
+    step_reads = reads.sum(axis=1, dtype=np.int32)  # whole experts: exact
+    on_cpu = (missed.sum(axis=1, dtype=np.int32) - step_reads).astype(float)
+    step_reads = step_reads.astype(float)
+    in_eager, eager = _eager_steps(p, step_reads, eager, starts)
+    at = np.flatnonzero(reads)
+    stall = np.zeros(steps * layers)
+    stall[at] = tab.stall[cell.reshape(-1)[at] + in_eager[at // layers] * (tab.gpu.size * tab.width)]
+    gpu = np.take(tab.gpu, resident, mode="clip", out=np.empty(resident.shape))
+    return StepTimes(gpu.sum(axis=1), stall.reshape(steps, layers).sum(axis=1),
+                     np.where(in_eager, p.graph_break_s, 0.0), np.full(steps, p.host_s), step_reads, on_cpu, eager)
 
 
 def tokens_per_step(drafts: int, acceptance, steps: int, rng: np.random.Generator) -> np.ndarray:
@@ -128,7 +195,8 @@ def tokens_per_step(drafts: int, acceptance, steps: int, rng: np.random.Generato
     if drafts == 0 or (a.ndim == 0 and a <= 0):
         return np.ones(steps, dtype=np.int64)
     accepted = rng.random((steps, drafts)) < (a[:, None] if a.ndim else a)
-    leading = np.cumprod(accepted, axis=1).sum(axis=1)
+    leading = np.argmin(accepted, axis=1)  # the first rejected draft; 0 as well when every draft is accepted
+    leading[accepted[np.arange(steps), leading]] = drafts
     return leading + 1
 
 

@@ -134,8 +134,6 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "
 
     A bad cell's key path is ``row N.column``, N being its line in the file (comment and blank lines counted).
     """
-    import pandas as pd  # here, not at the top: a run without a trace does not pay for importing pandas
-
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
             text = fh.read()
@@ -145,13 +143,9 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "
         raise ScenarioError(path, key_path, f"not UTF-8 text ({exc.reason}, byte {exc.start})") from None
     except OSError as exc:
         raise ScenarioError(path, key_path, f"cannot read: {exc.strerror or exc}") from None
-    try:
-        df = pd.read_csv(io.StringIO(text), comment="#", dtype=str)  # text cells: errors quote them as written
-    except ValueError as exc:  # ParserError, EmptyDataError
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ScenarioError(path, key_path, f"not a readable CSV ({first})") from None
+    df = _plain_numeric_csv(text, limit) or _pandas_csv(text, path, key_path)
     rows = _data_lines(text, len(df))
-    if not isinstance(df.index, pd.RangeIndex):  # pandas took the extra leading fields of the rows as an index
+    if df.index_columns:  # pandas took the extra leading fields of the rows as an index
         raise ScenarioError(path, f"row {rows[0] if rows else 2}", "no more fields than the header has columns")
     names = [str(c).strip() for c in df.columns]
     shown = {ours: azure for azure, ours in AZURE_COLUMNS.items() if azure in names}  # errors name the file's columns
@@ -166,8 +160,8 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "
     if missing:
         raise ScenarioError(path, shown.get(missing[0], missing[0]), "a column of the trace (arrived_at, "
                             "num_prefill_tokens, num_decode_tokens, or arrival_s, prompt_tokens, output_tokens)")
-    df = df.iloc[:max(limit, 0)]
-    if df.empty:
+    df = df.head(max(limit, 0))
+    if not len(df):
         raise ScenarioError(path, key_path, "no requests in the trace")
 
     def key(row: int, name: str) -> str:
@@ -177,10 +171,10 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "
     for name in (*TRACE_COLUMNS, *OPTIONAL_COLUMNS):
         if name not in df.columns:
             continue
-        values = pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float)
+        values = df.numbers(name)
         with np.errstate(invalid="ignore"):
             if name == "acceptance":  # an empty cell: the model's acceptance
-                ok = df[name].isna().to_numpy() | ((values >= 0) & (values <= 1))
+                ok = df.empty_cells(name) | ((values >= 0) & (values <= 1))
                 expected = "a fraction in [0, 1]"
             elif name == "arrival_s":
                 ok = np.isfinite(values) & (values >= 0)
@@ -191,7 +185,7 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "
                 expected = f"a whole number of tokens from 0 to {top:.0e}".replace("e+0", "e")
         if not ok.all():
             row = int(np.flatnonzero(~ok)[0])
-            raise ScenarioError(path, key(row, name), f"{_cell(df[name].iloc[row])}: expected {expected}")
+            raise ScenarioError(path, key(row, name), f"{_cell(df.cell(name, row))}: expected {expected}")
         cols[name] = values.astype(np.int64) if name.endswith("_tokens") else values
     n = len(df)
     if "arrival_s" not in cols:  # no arrival times: replayed one after another by a single client
@@ -219,6 +213,78 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "
                             np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
     return RequestTable(arrival, prompt, cached, out, cols.get("acceptance", np.full(n, np.nan)),
                         np.full(n, -1, dtype=np.int64))
+
+
+class _Cells:
+    """A trace's cells by column (text as written, None for an empty cell), the first rows only once cut."""
+
+    def __init__(self, columns: list[str], cells: list[list], rows: int, index_columns: bool = False,
+                 plain: bool = False) -> None:
+        self.columns, self.cells, self.rows = columns, cells, rows
+        self.index_columns = index_columns  # the rows had more fields than the header (pandas made them an index)
+        self.plain = plain  # every cell is a plain number (no empty or odd cells)
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def head(self, n: int) -> _Cells:
+        return _Cells(self.columns, [c[:n] for c in self.cells], min(n, self.rows), self.index_columns, self.plain)
+
+    def column(self, name: str) -> list:
+        return self.cells[self.columns.index(name)]
+
+    def numbers(self, name: str) -> np.ndarray:
+        """The column as floats, NaN where a cell is empty or not a number."""
+        if self.plain:
+            return np.array(self.column(name), dtype=float)
+        import pandas as pd
+
+        return pd.to_numeric(pd.Series(self.column(name), dtype=object), errors="coerce").to_numpy(dtype=float)
+
+    def empty_cells(self, name: str) -> np.ndarray:
+        return np.array([c is None for c in self.column(name)], dtype=bool)
+
+    def cell(self, name: str, row: int):
+        return self.column(name)[row]
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN_NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+def _plain_numeric_csv(text: str, limit: int) -> _Cells | None:
+    """The cells of a plain CSV without pandas (a header of distinct plain names, rows of plain numbers, the same
+    number of fields everywhere, no quotes, no comments after data): the shipped traces. None for anything else,
+    which pandas reads (its parsing and errors apply)."""
+    lines = [line for line in re.split(r"\r\n|\r|\n", text) if line and line[0] != "#"]
+    if not lines or '"' in text or "#" in text.partition("\n")[2].replace("\n#", ""):
+        return None
+    header = lines[0].split(",")
+    if len(set(header)) != len(header) or not all(_PLAIN_NAME.fullmatch(h) for h in header):
+        return None
+    data = lines[1:]
+    fields = len(header) - 1
+    if any(line.count(",") != fields for line in data):
+        return None
+    first = data[:max(limit, 0)]
+    row = _PLAIN_NUMBER + ("," + _PLAIN_NUMBER) * fields
+    if first and not re.fullmatch(f"(?:{row}\n)*{row}", "\n".join(first)):
+        return None
+    columns = [list(c) for c in zip(*(line.split(",") for line in first), strict=True)] if first \
+        else [[] for _ in header]
+    return _Cells(header, columns, len(data), plain=True)
+
+
+def _pandas_csv(text: str, path: str, key_path: str) -> _Cells:
+    import pandas as pd  # here, not at the top: a plain trace, or a run without one, does not pay for pandas
+
+    try:
+        df = pd.read_csv(io.StringIO(text), comment="#", dtype=str)  # text cells: errors quote them as written
+    except ValueError as exc:  # ParserError, EmptyDataError
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ScenarioError(path, key_path, f"not a readable CSV ({first})") from None
+    cells = [[v if isinstance(v, str) else None for v in df.iloc[:, j].tolist()] for j in range(df.shape[1])]
+    return _Cells([str(c) for c in df.columns], cells, len(df), not isinstance(df.index, pd.RangeIndex))
 
 
 def _data_lines(text: str, rows: int) -> list[int]:

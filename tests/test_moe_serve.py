@@ -143,6 +143,41 @@ def test_count_sampler_has_the_binomial_mean_and_variance():
     assert (v >= 0.97 * var - 0.01).all() and (v <= 1.08 * var + 0.01).all()  # N rounded up: a little above
 
 
+@pytest.mark.parametrize("mode", ["sticky", "per_step"])
+def test_tabulated_step_times_equal_the_expressions_bit_for_bit(mode):
+    """Integer counts take the table path; the same counts as floats take the expressions: same bits."""
+    import dataclasses
+
+    rng = np.random.default_rng(3)
+    p = dataclasses.replace(P, break_mode=mode, host_s=1e-4, link_share=0.4)
+    resident, missed = rng.integers(0, 50, (3000, 48)), rng.binomial(14, 0.5, (3000, 48)).astype(np.int32)
+    for starts in (None, np.array([0, 7, 900, 2999])):
+        for eager in (False, True):
+            fast = step_times(resident, missed, p, eager, starts=starts)
+            slow = step_times(resident.astype(float), missed.astype(float), p, eager, starts=starts)
+            for field in ("compute_s", "stall_s", "break_s", "host_s", "pcie_reads", "cpu_experts"):
+                assert np.array_equal(getattr(fast, field), getattr(slow, field)), field
+            assert fast.eager_after == slow.eager_after
+
+
+def test_tokens_per_step_counts_the_leading_accepted_drafts():
+    rng = np.random.default_rng(0)
+    a = rng.random(5000)
+    made = tokens_per_step(4, a, 5000, np.random.default_rng(1))
+    accepted = np.random.default_rng(1).random((5000, 4)) < a[:, None]
+    assert np.array_equal(made, np.cumprod(accepted, axis=1).sum(axis=1) + 1)
+
+
+def test_count_sampler_draws_are_the_exact_inverse_cdf():
+    """The tabulated fast path gives exactly the searched inverse of every draw."""
+    from sim.expert_counts import CountSampler
+
+    mean, var = np.array([3.0, 5.5, 0.2, 0.0, 40.0, 12.0]), np.array([2.0, 3.0, 0.19, 0.0, 39.0, 4.0])
+    fast = CountSampler.build(mean, var)
+    slow = CountSampler(fast.cdf, fast.width)  # no grid: every draw searched
+    assert np.array_equal(fast.sample(50_000, np.random.default_rng(2)), slow.sample(50_000, np.random.default_rng(2)))
+
+
 def test_step_law_hit_rate_is_the_cached_mass():
     from sim.expert_cache import static_hit_rate
     from sim.expert_counts import step_law
@@ -276,3 +311,15 @@ def test_an_engine_larger_than_its_card_cannot_start():
 
     with pytest.raises(SimulationError, match="does not fit"):
         setup_engine(moe_scenario(machines__server__engine__overhead_gib=1.0), "server")
+
+
+def test_steps_needed_do_not_depend_on_the_block_size(monkeypatch):
+    from sim import decode_batch
+
+    rng = np.random.default_rng(0)
+    tokens, acceptance = rng.integers(1, 3000, 4000), rng.random(4000)
+    whole = decode_batch.steps_needed(tokens, acceptance, 4, np.random.default_rng(7))
+    monkeypatch.setattr(decode_batch, "STEPS_AT_ONCE", 997)
+    assert np.array_equal(decode_batch.steps_needed(tokens, acceptance, 4, np.random.default_rng(7)), whole)
+    made = tokens_per_step(4, 0.5, 10, np.random.default_rng(0))
+    assert made.dtype.kind == "i"

@@ -33,6 +33,12 @@ ARXIV = [
     "serve.workload.lengths=scenarios/traces/arxiv_summarization_lengths.csv", "serve.workload.lengths_max_tokens=4096",
 ]
 CASES: dict[str, dict] = {
+    "dense_7b_arxiv_10k": {"scenario": "scenarios/a100_llama2_7b.yaml", "sets": ["serve.requests=10000"],
+                           "target_s": 2.7, "target_mb": 300, "reference": True},
+    "dense_7b_arxiv_1k": {"scenario": "scenarios/a100_llama2_7b.yaml", "sets": ["serve.requests=1000"],
+                          "target_s": None},
+    "dense_7b_arxiv_100k": {"scenario": "scenarios/a100_llama2_7b.yaml", "sets": ["serve.requests=100000"],
+                            "target_s": None},
     "moe_arxiv_1k": {"scenario": "scenarios/gen3_5090.yaml", "sets": [*ARXIV, "serve.requests=1000"],
                      "target_s": None},
     "moe_arxiv_10k": {"scenario": "scenarios/gen3_5090.yaml", "sets": [*ARXIV, "serve.requests=10000"],
@@ -44,31 +50,28 @@ CASES: dict[str, dict] = {
     "sweep_one_point": {"command": ["-m", "sim", "sweep", "scenarios/home_lab.yaml", "--axis",
                                     "jobs.long_with_load.tokens=1000", "--workers", "1", "--quiet"], "target_s": 0.5},
 }
-QUICK = ["moe_arxiv_1k", "azure_conv", "sweep_one_point"]
+QUICK = ["dense_7b_arxiv_1k", "moe_arxiv_1k", "azure_conv", "sweep_one_point"]
 VIDUR_S = (54.0, 76.0)  # 10,000 arXiv requests, one simulated A100 (shared/traces/README.md)
 VIDUR_GIB = (1.9, 2.5)
-NOT_SIMULATED = {"dense_7b_arxiv_10k": "a dense 7B model on one GPU with continuous batching (target 2.7 s, 300 MB): "
-                 "sim has no dense serving engine yet"}
 
 
 def child(name: str) -> None:
     """Run one case in this process and print its figures as JSON."""
     t0 = time.perf_counter()
-    import numpy as np
-
-    from sim.moe_serve import serve, serve_metrics
+    from sim.runner import run
     from sim.scenario import load_scenario
 
     imported = time.perf_counter() - t0
     case = CASES[name]
     start = time.perf_counter()
     scn, _ = load_scenario(case["scenario"], case["sets"])
-    eng, recs, tl = serve(scn, np.random.default_rng(0))
-    m = serve_metrics(eng, recs, tl)
+    res = run(scn, 0)
     wall = time.perf_counter() - start
+    recs = res.requests
     print(json.dumps({"wall_s": wall, "import_s": imported, "requests": len(recs),
                       "tokens": int(sum(r.output_tokens for r in recs)),
-                      "prompt_tokens": int(sum(r.prompt_tokens for r in recs)), "makespan_s": m["makespan_s"]}))
+                      "prompt_tokens": int(sum(r.prompt_tokens for r in recs)),
+                      "makespan_s": res.metrics["makespan_s"]}))
 
 
 def run_case(name: str) -> dict:
@@ -112,14 +115,15 @@ def main() -> None:
         notes = []
         if case.get("target_s"):
             notes.append(f"target {case['target_s']:g} s: {'met' if r['wall_s'] <= case['target_s'] else 'MISSED'}")
+        if case.get("target_mb"):
+            notes.append(f"target {case['target_mb']:g} MB: "
+                         f"{'met' if r['peak_rss_mb'] <= case['target_mb'] else 'MISSED'}")
         if case.get("reference"):
             notes.append(f"{VIDUR_S[0] / r['wall_s']:.0f}-{VIDUR_S[1] / r['wall_s']:.0f}x faster and "
                          f"{VIDUR_GIB[0] * 1024 / r['peak_rss_mb']:.1f}-{VIDUR_GIB[1] * 1024 / r['peak_rss_mb']:.1f}x "
                          "less memory than Vidur")
         print(f"{name:<18}{r['wall_s']:>8.2f}{r['process_s']:>10.2f}{r['peak_rss_mb']:>8.0f}{counts}{per}"
               f"{r['wall_s'] / ref:>10.0f}  {'; '.join(notes)}")
-    for name, why in NOT_SIMULATED.items():
-        print(f"{name:<18}{'-':>8}  not simulated: {why}")
 
 
 if __name__ == "__main__":

@@ -137,7 +137,7 @@ class BatchEngine(Engine):
                     del self.active[i]
                     self.in_system -= 1
                     self._finish(i, "length" if work.capped[i] else "stop")
-            while self.queue and len(self.active) < self.parallel:
+            while self.queue and self._has_room(self.queue[0]):
                 self._start(self.queue.popleft())
 
 

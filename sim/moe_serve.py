@@ -505,7 +505,8 @@ def request_rows(recs: list[RequestRecord]) -> list[dict]:
              "queue_wait_s": r.queue_wait_s, "end_s": r.end_s, "e2e_s": r.end_s - r.sent_s,
              "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens, "prefill_s": r.prefill_s,
              "output_tokens": r.output_tokens,
-             **({"hit_rate": r.hit_rate, "pcie_share": r.pcie_share, "decode_tok_s": r.decode_tok_s}
+             **({"hit_rate": r.hit_rate if r.lookups else None, "pcie_share": r.pcie_share if r.lookups else None,
+                 "decode_tok_s": r.decode_tok_s}
                 if r.end in ("stop", "length") else {"hit_rate": None, "pcie_share": None, "decode_tok_s": None}),
              "ttft_s": r.ttft_s, "start_s": r.start_s, "decode_s": r.decode_s, "decode_gpu_s": r.gpu_s,
              "compute_s": r.compute_s, "stall_s": r.stall_s,

@@ -62,8 +62,35 @@ def run_text(res: RunResult) -> str:
                            f" waited {j.wait_s:.1f} s, loaded {j.load_s:.1f} s, decoded {j.decode_s:.1f} s"
                            + (f", SPILLED {j.spilled_gib:.1f} GiB to host RAM" if j.spilled_gib > 0 else ""))
     if res.engine is not None:
-        out += serve_lines(res)[0 if out[-1] else 1:]
+        lines = serve_lines(res) if hasattr(res.engine, "slots") else dense_serve_lines(res)
+        out += lines[0 if out[-1] else 1:]
     return "\n".join(out) + "\n"
+
+
+def dense_serve_lines(res: RunResult) -> list[str]:
+    """A dense model under continuous batching: VRAM and KV pool, the roofline, rates, batch and KV use."""
+    eng, m, scn = res.engine, res.serve_metrics, res.scenario
+    e, c = eng.engine, eng.cost
+    card = scn.gpus[scn.machines[eng.machine].gpus[e.gpu].type]
+    it = e.iteration
+    out = ["", f"Serving {eng.model} (dense) on {eng.machine} ({e.gpu}): continuous batching of up to {e.parallel} "
+           f"sequences, {eng.token_budget} tokens per iteration (chunked prefill)",
+           f"  VRAM {card.vram_gib:.2f} GiB = other tenants {eng.tenants_gib:.2f} + weights {eng.weights_gib:.2f} + "
+           f"runtime {e.runtime_gib:.2f} + KV pool {eng.kv_pool_gib:.2f} GiB ({eng.kv_pool_tokens:,} tokens)",
+           f"  an iteration: {c.overhead_s * 1e3:.2f} ms + the longer of reading the weights "
+           f"({c.weights_s * 1e3:.2f} ms at {it.memory_efficiency:.0%} of {card.hbm_gbps:g} GB/s) and the KV, and "
+           f"computing ({c.token_s * 1e6:.1f} us per token at {it.compute_efficiency:.0%} of {card.tflops:g} TFLOP/s)"]
+    if "decode_tok_s" in m:
+        out.append(f"  {int(m['requests'])} requests served, {m['output_tokens'] / m['requests']:.0f} tokens on "
+                   f"average: decode {m['decode_tok_s']:.1f} tok/s per sequence (median request "
+                   f"{m['decode_tok_s_median']:.1f}), time per output token p50 {m.get('tpot_p50_s', 0) * 1e3:.1f} "
+                   f"ms, p99 {m.get('tpot_p99_s', 0) * 1e3:.1f} ms")
+    out.append(f"  {int(m['iterations']):,} iterations, {m['memory_bound_share']:.0%} bound by memory reads, "
+               f"{m['prefill_iteration_share']:.0%} carrying prefill; mean batch {m['batch_mean']:.1f} sequences; "
+               f"KV use mean {m['kv_mean_share']:.1%}, peak {m['kv_peak_share']:.1%} of the pool; "
+               f"{int(m['kv_preemptions'])} preemptions")
+    out += load_lines(res)
+    return out
 
 
 def serve_lines(res: RunResult) -> list[str]:
@@ -115,6 +142,9 @@ def workload_text(scn) -> str:
     w = sv.workload
     lengths = f"{sv.output_tokens_mean:g} tokens mean (exponential)" if sv.output_tokens_mean is not None else \
         f"{sv.output_tokens_min}-{sv.output_tokens_max} tokens"
+    if w.lengths is not None:
+        cap = f", at most {w.lengths_max_tokens:,} tokens" if w.lengths_max_tokens is not None else ""
+        lengths = f"lengths from {w.lengths}{cap}"
     if w.kind == "trace":
         return f"trace {w.trace} (first {sv.requests} rows, times x{w.time_scale:g})"
     if w.kind == "open":
@@ -136,8 +166,9 @@ def load_lines(res: RunResult) -> list[str]:
     admission = "unbounded FIFO" if adm.queue_limit is None and adm.timeout_s is None else (
         f"queue limit {adm.queue_limit if adm.queue_limit is not None else 'none'}, timeout "
         f"{adm.timeout_s if adm.timeout_s is not None else 'none'} s")
-    out = [f"  load: {workload_text(scn)}; {eng.engine.parallel} decode slot"
-           f"{'s' if eng.engine.parallel > 1 else ''} ({eng.slot_slots} experts each), {admission}",
+    slots = f"{eng.engine.parallel} decode slot{'s' if eng.engine.parallel > 1 else ''}" + (
+        f" ({eng.slot_slots} experts each)" if hasattr(eng, "slot_slots") else "")
+    out = [f"  load: {workload_text(scn)}; {slots}, {admission}",
            f"  {int(m['requests_completed'])} completed, {int(m['requests_rejected'])} rejected, "
            f"{int(m['requests_cancelled'])} cancelled in {m['makespan_s']:.1f} s: throughput "
            f"{m.get('throughput_tok_s', float('nan')):.1f} tok/s, prefill {m.get('prefill_tok_s', float('nan')):.0f} "
@@ -150,7 +181,7 @@ def load_lines(res: RunResult) -> list[str]:
         out.append(f"  Little's law: {m['requests_in_engine_mean']:.3f} requests in the engine on average = arrival "
                    f"rate x mean time in it {m['little_lambda_w']:.3f}")
     vram = [f"{name} {m[f'vram.{name}.used_mib']:,.0f} MiB used, {m[f'vram.{name}.free_mib']:,.0f} free"
-            + (" (PAGED)" if 0 < i <= len(eng.peer_paged) and eng.peer_paged[i - 1] else "")
+            + (" (PAGED)" if 0 < i <= len(getattr(eng, "peer_paged", ())) and eng.peer_paged[i - 1] else "")
             for i, (name, _, _) in enumerate(eng.vram)]
     out.append("  VRAM: " + "; ".join(vram))
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,8 +12,11 @@ from .hardware import has_load_path, link_info
 from .labsim import JobRecord, run_jobs
 from .moe_serve import EngineSetup, RequestRecord, request_rows, serve, serve_metrics, spill_buckets
 from .probes import ProbeReport, link_metrics, probe_machine, probe_metrics
-from .scenario import Scenario
+from .scenario import Scenario, is_dense_engine
 from .server import Timeline
+
+if TYPE_CHECKING:
+    from .dense_serve import DenseSetup
 
 
 @dataclass
@@ -21,7 +25,7 @@ class RunResult:
     seed: int
     probes: list[ProbeReport]
     jobs: list[JobRecord]
-    engine: EngineSetup | None = None
+    engine: EngineSetup | DenseSetup | None = None
     requests: list[RequestRecord] = field(default_factory=list)
     serve_metrics: dict[str, float] = field(default_factory=dict)
     buckets: list[dict] = field(default_factory=list)  # requests by spill share and hit rate
@@ -44,7 +48,12 @@ def run(scn: Scenario, seed: int) -> RunResult:
     probes = [probe_machine(scn, name, model) for name in loaders] if model else []
     jobs = run_jobs(scn, rng)
     res = RunResult(scn, seed, probes, jobs)
-    if scn.serve is not None:  # its own random stream: adding a serve section leaves the jobs' draws unchanged
+    if scn.serve is not None and is_dense_engine(scn, scn.machines[scn.serve.machine].engine):
+        from .dense_serve import dense_metrics, serve_dense
+
+        res.engine, res.requests, res.timeline, stats = serve_dense(scn, np.random.default_rng([seed, 1]))
+        res.serve_metrics = dense_metrics(res.engine, res.requests, res.timeline, stats)
+    elif scn.serve is not None:  # its own random stream: adding a serve section leaves the jobs' draws unchanged
         res.engine, res.requests, res.timeline = serve(scn, np.random.default_rng([seed, 1]))
         res.serve_metrics = serve_metrics(res.engine, res.requests, res.timeline)
         res.buckets = spill_buckets(res.requests)
@@ -107,7 +116,7 @@ def job_dict(j: JobRecord) -> dict:
 def summary(res: RunResult, scenario_file: str) -> dict:
     out = {"scenario": res.scenario.name, "scenario_file": scenario_file, "seed": res.seed,
            "metrics": res.metrics, "jobs": [job_dict(j) for j in res.jobs]}
-    if res.engine is not None:
+    if res.engine is not None and res.buckets:
         out["spill_buckets"] = res.buckets
     return out
 
@@ -143,5 +152,6 @@ def tables(res: RunResult) -> dict[str, list[dict]]:
     out = {"loads": loads, "load_stages": stages, "links": links, "jobs": jobs, "estimates": estimates}
     if res.engine is not None:
         out["requests"] = request_rows(res.requests)
+    if res.buckets:
         out["spill_buckets"] = res.buckets
     return out

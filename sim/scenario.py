@@ -74,6 +74,10 @@ class GpuType(Strict):
     vram_gib: float = Field(gt=0, description="VRAM capacity (GiB).")
     pcie_max_gen: Gen = Field(description="Highest PCIe generation the card itself supports.")
     pcie_max_lanes: Lanes = Field(16, description="Widest PCIe link the card itself supports (lanes).")
+    hbm_gbps: float | None = Field(None, gt=0, description="Memory bandwidth (GB/s, card spec); a dense engine's "
+                                   "iterations read the weights and KV at a share of it.")
+    tflops: float | None = Field(None, gt=0, description="Dense FP16/BF16 tensor throughput (TFLOP/s, card spec); a "
+                                 "dense engine's matrix products run at a share of it.")
 
 
 class Gpu(Strict):
@@ -173,6 +177,27 @@ class LayerSplit(Strict):
         description="Per listed GPU: its time per layer relative to the engine's GPU (>1: slower card).")
 
 
+class Iteration(Strict):
+    """Iteration cost of a dense continuous-batching engine (sim.dense_step): each iteration takes ``overhead_s`` +
+    the longer of its reads (weights once, plus every sequence's KV) at ``memory_efficiency`` x the card's
+    ``hbm_gbps`` and its arithmetic (2 FLOPs per parameter per token, attention per token pair) at
+    ``compute_efficiency`` x its ``tflops``."""
+
+    memory_efficiency: float | None = Field(
+        None, gt=0, le=1, description="Share of the card's memory bandwidth an iteration's reads get (fraction).")
+    compute_efficiency: float | None = Field(
+        None, gt=0, le=1, description="Share of the card's tensor throughput an iteration's arithmetic gets "
+        "(fraction).")
+    overhead_s: float | None = Field(
+        None, ge=0, description="Fixed time per iteration: scheduling, sampling, kernel launches (s).")
+    token_budget: int = Field(
+        512, gt=0, le=1_000_000, description="Tokens one iteration processes at most (chunked prefill, as Sarathi "
+        "schedules): every decoding sequence's token first, then prefill chunks fill the rest.")
+    kv_pool_gib: float | None = Field(
+        None, gt=0, description="VRAM for KV (GiB). Default: the card's VRAM less other tenants, the weights and "
+        "runtime_gib.")
+
+
 class Engine(Strict):
     """An expert-offloading serving engine on one GPU of a machine; its expert tiers below VRAM are peer GPUs, then
     host RAM, then the machine's disk (through the page cache)."""
@@ -207,6 +232,8 @@ class Engine(Strict):
         None, ge=0, description="Host RAM for experts held nowhere in VRAM (GiB); the rest is read from the machine's "
         "disk each time. Default: all of them fit.")
     step: StepCost = StepCost()
+    iteration: Iteration | None = Field(
+        None, description="A dense model's iteration cost (continuous batching of up to `parallel` sequences).")
     power: Power | None = None
 
 
@@ -284,10 +311,21 @@ class Moe(Strict):
         return self
 
 
+class Dense(Strict):
+    """Geometry of a dense transformer (from its published configuration): what an iteration reads and computes."""
+
+    params_b: float = Field(gt=0, le=100_000, description="Parameters (billions): 2 FLOPs each per token.")
+    layers: int = Field(gt=0, description="Transformer layers.")
+    hidden: int = Field(gt=0, description="Model width: attention costs 4 x layers x hidden FLOPs per token per "
+                        "token of context.")
+    kv_kib_per_token: float = Field(gt=0, description="KV cache per token of context, all layers (KiB).")
+
+
 class ModelSpec(Strict):
     weights_gib: float = Field(gt=0, le=65536, description="Bytes of weights to load (GiB).")
     tensors: int = Field(0, ge=0, description="Tensors in the weight files (loader per-tensor cost).")
     moe: Moe | None = Field(None, description="Mixture-of-experts geometry, when the model has routed experts.")
+    dense: Dense | None = Field(None, description="Dense geometry, for serving it with a continuous-batching engine.")
 
 
 class TieBreak(Strict):
@@ -566,8 +604,13 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
             e, p = m.engine, f"machines.{mname}.engine"
             need(f"{p}.model", e.model, s.models, "a model")
             need(f"{p}.gpu", e.gpu, m.gpus, "a GPU of this machine")
-            if e.model in s.models and s.models[e.model].moe is None:
-                errs.append((f"{p}.model", e.model, "a model with an 'moe' section"))
+            spec = s.models.get(e.model)
+            if spec is not None and spec.moe is None and spec.dense is None:
+                errs.append((f"{p}.model", e.model, "a model with an 'moe' or a 'dense' section"))
+        if m.engine is not None and is_dense_engine(s, m.engine):
+            errs.extend(_dense_engine_errors(s, m, f"machines.{mname}.engine", m.engine))
+        elif m.engine is not None:
+            e, p = m.engine, f"machines.{mname}.engine"
             for field, value in e.step:
                 if value is None:
                     errs.append((f"{p}.step.{field}", None, _CALIBRATED))
@@ -652,6 +695,35 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
             errs.append(("serve.output_tokens_max", s.serve.output_tokens_max, "at least output_tokens_min"))
     if s.report.load_model is not None:
         need("report.load_model", s.report.load_model, s.models, "a model")
+    return errs
+
+
+def is_dense_engine(s: Scenario, e: Engine) -> bool:
+    """The engine serves a dense model (continuous batching, sim.dense_serve), not an MoE from an expert cache."""
+    spec = s.models.get(e.model)
+    return spec is not None and spec.moe is None and spec.dense is not None
+
+
+def _dense_engine_errors(s: Scenario, m: Machine, p: str, e: Engine) -> list[tuple[str, Any, str]]:
+    """What a dense model's engine needs: an iteration section with every cost, and a card with its specs."""
+    errs: list[tuple[str, Any, str]] = []
+    if e.iteration is None:
+        errs.append((f"{p}.iteration", None, "an 'iteration' section (memory_efficiency, compute_efficiency, "
+                     "overhead_s) for a dense model"))
+    else:
+        for field in ("memory_efficiency", "compute_efficiency", "overhead_s"):
+            if getattr(e.iteration, field) is None:
+                errs.append((f"{p}.iteration.{field}", None, _CALIBRATED))
+    for field in ("peers", "layer_split", "host_ram_gib"):
+        if getattr(e, field):
+            errs.append((f"{p}.{field}", getattr(e, field), "nothing: a dense model has no experts to place"))
+    gpu = m.gpus.get(e.gpu)
+    card = s.gpus.get(gpu.type) if gpu is not None else None
+    if card is not None:
+        for field in ("hbm_gbps", "tflops"):
+            if getattr(card, field) is None:
+                errs.append((f"gpus.{gpu.type}.{field}", None, "the card's spec (a dense engine's iterations are "
+                             "bound by memory bandwidth and tensor throughput)"))
     return errs
 
 

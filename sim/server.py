@@ -122,7 +122,10 @@ class Engine:
         self._account()
         tl = self.tl
         tl.arrival_s[i] = self.env.now
-        if len(self.active) < self.parallel:
+        if not self._admissible(i):
+            self._finish(i, "rejected")
+            return
+        if not self.queue and self._has_room(i):  # first come, first served: nobody overtakes the queue
             self.in_system += 1
             self._start(i)
             self._schedule()
@@ -136,6 +139,14 @@ class Engine:
         tl.peak_queue = max(tl.peak_queue, len(self.queue))
         if self.timeout_s is not None:
             self.env.timeout(self.timeout_s).callbacks.append(lambda _ev, i=i: self._cancel(i))
+
+    def _has_room(self, i: int) -> bool:
+        """Request ``i`` can start now (a free slot)."""
+        return len(self.active) < self.parallel
+
+    def _admissible(self, i: int) -> bool:
+        """Request ``i`` could ever start (an engine whose memory can never hold it rejects it at once)."""
+        return True
 
     def _cancel(self, i: int) -> None:
         if i in self.queued:
@@ -187,26 +198,29 @@ class Engine:
             del self.active[who]
             self.in_system -= 1
             self._finish(who, "length" if self.work.capped[who] else "stop")
-            while self.queue and len(self.active) < self.parallel:
+            while self.queue and self._has_room(self.queue[0]):
                 self._start(self.queue.popleft())
         self._schedule()
 
 
 def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, think_s: float, think_law: str,
-             queue_limit: int | None, timeout_s: float | None, rng: np.random.Generator, batch_engine=None
-             ) -> Timeline:
+             queue_limit: int | None, timeout_s: float | None, rng: np.random.Generator, batch_engine=None,
+             engine_factory=None) -> Timeline:
     """Move every request of ``table`` through the engine; returns when the last one ends. ``batch_engine``: an
-    engine set-up whose steps serve every active sequence at once (:mod:`sim.batching`)."""
+    engine set-up whose steps serve every active sequence at once (:mod:`sim.batching`); ``engine_factory``:
+    builds another engine from (env, work, parallel, queue_limit, timeout_s, timeline, done events)."""
     n = len(table)
     nan = np.full(n, np.nan)
     tl = Timeline(nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(), [""] * n)
     env = simpy.Environment()
     closed = table.closed_loop
     done = [env.event() for _ in range(n)] if closed else None
-    if batch_engine is not None:
+    if engine_factory is not None:
+        engine: Engine = engine_factory(env, work, parallel, queue_limit, timeout_s, tl, done)
+    elif batch_engine is not None:
         from .batching import BatchEngine, BatchSteps
 
-        engine: Engine = BatchEngine(env, work, parallel, queue_limit, timeout_s, tl, done,
+        engine = BatchEngine(env, work, parallel, queue_limit, timeout_s, tl, done,
                                      work.decode["steps"].astype(np.int64), BatchSteps(batch_engine, rng))
     else:
         engine = Engine(env, work, parallel, queue_limit, timeout_s, tl, done)

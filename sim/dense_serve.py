@@ -35,6 +35,7 @@ from .dense_step import KIB, IterationCost
 from .errors import SimulationError
 from .scenario import Engine as EngineSpec
 from .scenario import Scenario
+from .served import ServedRequests
 from .server import Engine, Timeline, Work, simulate
 from .units import GIB, MIB
 from .workload import build_table
@@ -324,8 +325,6 @@ class DenseEngine(Engine):
 def serve_dense(scn: Scenario, rng: np.random.Generator, exact: bool = False):
     """Serve the scenario's workload on its dense engine: returns the set-up, one record per request (in sending
     order), the run's timeline and the engine's counters."""
-    from .moe_serve import RequestRecord
-
     assert scn.serve is not None
     sv = scn.serve
     setup = setup_dense(scn, sv.machine)
@@ -345,58 +344,59 @@ def serve_dense(scn: Scenario, rng: np.random.Generator, exact: bool = False):
     tl = simulate(table, work, setup.engine.parallel, sv.request_overhead_s, w.think_s, w.think_law,
                   sv.admission.queue_limit, sv.admission.timeout_s, rng, engine_factory=factory)
     eng = holder[0]
-    served = [e in ("stop", "length") for e in tl.end]
-    records = []
-    for i in range(n):
-        ok = served[i]
-        records.append(RequestRecord(
-            i, int(table.prompt_tokens[i]), int(out[i]) if ok else 0,
-            float(tl.start_s[i]) if ok else float(tl.end_s[i]),
-            float(tl.first_token_s[i] - tl.sent_s[i]) if ok else float("nan"),
-            float(work.decode["decode_s"][i]) if ok else 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-            eng.share_s[i] if ok else 0.0, 0.0, 0.0, 0.0, sent_s=float(tl.sent_s[i]),
-            arrival_s=float(tl.arrival_s[i]),
-            queue_wait_s=(float(tl.start_s[i]) if ok else float(tl.end_s[i])) - float(tl.arrival_s[i]),
-            prefill_s=eng.prefill_s[i] if ok else 0.0, end_s=float(tl.end_s[i]), end=tl.end[i],
-            cached_tokens=int(table.cached_tokens[i]), client=int(table.client[i]),
-            decode_gpu_s=eng.share_s[i] if ok else 0.0))
-    return setup, records, tl, eng.stats
+    ok = np.array([e in ("stop", "length") for e in tl.end], dtype=bool)
+    zero = np.zeros(n, dtype=np.int64)
+    share = np.where(ok, eng.share_s, 0.0)
+    start = np.where(ok, tl.start_s, tl.end_s)
+    cols = {"id": np.arange(n, dtype=np.int64), "prompt_tokens": table.prompt_tokens.astype(np.int64),
+            "output_tokens": np.where(ok, out, 0).astype(np.int64), "start_s": start,
+            "ttft_s": np.where(ok, tl.first_token_s - tl.sent_s, np.nan),
+            "decode_s": np.where(ok, work.decode["decode_s"], 0.0), "compute_s": share, "stall_s": np.zeros(n),
+            "break_s": np.zeros(n), "idle_s": np.zeros(n), "sent_s": tl.sent_s.copy(), "arrival_s": tl.arrival_s.copy(),
+            "queue_wait_s": start - tl.arrival_s, "prefill_s": np.where(ok, eng.prefill_s, 0.0),
+            "end_s": tl.end_s.copy(), "end": np.array(tl.end, dtype=object),
+            "cached_tokens": table.cached_tokens.astype(np.int64), "client": table.client.astype(np.int64),
+            "decode_gpu_s": share}
+    cols |= {k: zero for k in ("lookups", "hits", "peer_lookups", "disk_lookups", "routed", "pcie_reads",
+                               "cpu_experts", "peer_experts", "disk_reads")}
+    return setup, ServedRequests(cols), tl, eng.stats
 
 
-def dense_metrics(setup: DenseSetup, recs: list, tl: Timeline, stats: dict) -> dict[str, float]:
+def dense_metrics(setup: DenseSetup, recs: ServedRequests, tl: Timeline, stats: dict) -> dict[str, float]:
     """Load metrics (:func:`sim.moe_serve.load_metrics`), decode rates and time per output token, batch size, KV
     use and the roofline regime of the iterations."""
     from .moe_serve import load_metrics
 
     out = load_metrics(setup, recs, tl)
-    served = [r for r in recs if r.end in ("stop", "length")]
+    r = recs.subset(recs.served)
     span = tl.makespan_s
     busy = stats["busy_s"]
+    iterations = stats["iterations"]
     out |= {
         "kv_pool_tokens": float(setup.kv_pool_tokens),
         "kv_pool_gib": setup.kv_pool_gib,
         "kv_peak_share": stats["kv_peak_tokens"] / setup.kv_pool_tokens,
         "kv_mean_share": stats["kv_area"] / busy / setup.kv_pool_tokens if busy > 0 else 0.0,
         "kv_preemptions": float(stats["preemptions"]),
-        "iterations": float(stats["iterations"]),
-        "memory_bound_share": stats["memory_bound_iterations"] / stats["iterations"] if stats["iterations"] else 0.0,
-        "prefill_iteration_share": stats["prefill_iterations"] / stats["iterations"] if stats["iterations"] else 0.0,
+        "iterations": float(iterations),
+        "memory_bound_share": stats["memory_bound_iterations"] / iterations if iterations else 0.0,
+        "prefill_iteration_share": stats["prefill_iterations"] / iterations if iterations else 0.0,
         "batch_mean": stats["batch_area"] / busy if busy > 0 else 0.0,
     }
-    if served:
-        tokens = sum(r.output_tokens for r in served)
-        decode_wall = sum(r.decode_s for r in served)
-        tpot = np.array([r.decode_s / (r.output_tokens - 1) for r in served if r.output_tokens > 1])
+    if len(r):
+        tokens = int(r.output_tokens.sum())
+        decode_wall = float(r.decode_s.sum())
+        after_first = r.output_tokens - 1  # the first token comes with the prefill
+        decoded = (after_first > 0) & (r.decode_s > 0)
+        tpot = r.decode_s[decoded] / after_first[decoded]
         out |= {
-            "decode_tok_s": (tokens - len(served)) / decode_wall if decode_wall > 0 else float("nan"),
-            "decode_tok_s_median": float(np.median([(r.output_tokens - 1) / r.decode_s for r in served
-                                                    if r.decode_s > 0])) if tpot.size else float("nan"),
-            "ttft_s_median": float(np.median([r.ttft_s for r in served])),
-            "requests": float(len(served)),
+            "decode_tok_s": (tokens - len(r)) / decode_wall if decode_wall > 0 else float("nan"),
+            "ttft_s_median": float(np.median(r.ttft_s)),
+            "requests": float(len(r)),
             "output_tokens": float(tokens),
             "gpu_busy_share": busy / span if span > 0 else float("nan"),
         }
         if tpot.size:
-            out |= {"tpot_p50_s": float(np.percentile(tpot, 50)), "tpot_p99_s": float(np.percentile(tpot, 99))}
+            out |= {"decode_tok_s_median": float(np.median(1 / tpot)), "tpot_p50_s": float(np.percentile(tpot, 50)),
+                    "tpot_p99_s": float(np.percentile(tpot, 99))}
     return out
-

@@ -11,6 +11,7 @@ over lookups, share of routed experts read over PCIe, decode tok/s.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ from .expert_counts import draws_per_step
 from .hardware import link_info
 from .routing import AliasTables, RequestRouter, RoutingLaw, layer_popularity, request_popularity
 from .scenario import Engine, Moe, Scenario
+from .served import RequestRecord, ServedRequests, as_served
 from .server import Timeline, request_work, simulate
 from .stepcost import StepParams, StepTimes, expected_tokens_per_step, step_times, tokens_per_step
 from .units import GB, GIB, MIB
@@ -177,57 +179,6 @@ def _layer_split(scn: Scenario, machine: str, moe: Moe, slots: int, ranked: np.n
     return total, static_cache(ranked, total), (share, (1.0, *ls.layer_s_scale), xfer), rows
 
 
-@dataclass
-class RequestRecord:
-    """One request's telemetry. Lookups count every position's routed expert; distinct counts (``routed``,
-    ``pcie_reads``...) count each expert once per verification step, as the engine fetches it once."""
-
-    id: int
-    prompt_tokens: int
-    output_tokens: int
-    start_s: float
-    ttft_s: float
-    decode_s: float
-    lookups: int
-    hits: int  # lookups served from the VRAM cache
-    peer_lookups: int  # ... by a peer GPU
-    disk_lookups: int  # ... from beyond host RAM (the rest: host RAM)
-    routed: int  # distinct experts touched, summed over steps
-    pcie_reads: int  # distinct experts read over PCIe (host RAM beyond the CPU window, and disk)
-    cpu_experts: int  # distinct experts the host CPU computed
-    peer_experts: int  # distinct experts peer GPUs computed
-    disk_reads: int  # distinct experts read from disk
-    compute_s: float
-    stall_s: float
-    break_s: float
-    idle_s: float
-    sent_s: float = 0.0  # the client sent it
-    arrival_s: float = 0.0  # it reached the engine (sent + request_overhead_s)
-    queue_wait_s: float = 0.0  # from reaching the engine to getting a slot
-    prefill_s: float = 0.0  # GPU seconds of its prefill
-    end_s: float = 0.0
-    end: str = "stop"  # stop, length, cancelled, rejected
-    cached_tokens: int = 0
-    client: int = -1
-    decode_gpu_s: float | None = None  # GPU seconds of its decode (None: decode_s, when it had the GPU alone)
-
-    @property
-    def gpu_s(self) -> float:
-        return self.decode_s if self.decode_gpu_s is None else self.decode_gpu_s
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / self.lookups if self.lookups else 1.0
-
-    @property
-    def pcie_share(self) -> float:
-        return self.pcie_reads / self.routed if self.routed else 0.0
-
-    @property
-    def decode_tok_s(self) -> float:
-        return self.output_tokens / self.decode_s if self.decode_s > 0 else float("inf")
-
-
 _SUMS = ("decode_s", "lookups", "hits", "peer_lookups", "disk_lookups", "routed", "pcie_reads", "cpu_experts",
          "peer_experts", "disk_reads", "compute_s", "stall_s", "break_s", "idle_s")
 
@@ -338,9 +289,9 @@ def _decode_lookups(eng: EngineSetup, router: RequestRouter, tokens: int, rng: n
     acc["output_tokens"] = produced
 
 
-def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, list[RequestRecord], Timeline]:
-    """Serve the scenario's workload on its engine (sim.server): returns the engine, one record per request (in
-    sending order) and the run's timeline."""
+def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, ServedRequests, Timeline]:
+    """Serve the scenario's workload on its engine (sim.server): returns the engine, the requests' telemetry (by
+    column, in sending order) and the run's timeline."""
     assert scn.serve is not None
     sv = scn.serve
     eng = setup_engine(scn, sv.machine)
@@ -349,93 +300,101 @@ def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, list[Re
     w = sv.workload
     tl = simulate(table, work, eng.engine.parallel, sv.request_overhead_s, w.think_s, w.think_law,
                   sv.admission.queue_limit, sv.admission.timeout_s, rng, eng if eng.engine.batching else None)
-    served = [e in ("stop", "length") for e in tl.end]
-    ints = {k: np.where(served, work.decode[k], 0).astype(np.int64).tolist() for k in _SUMS
-            if k not in _SECONDS}
-    secs = {k: np.where(served, work.decode[k], 0.0).tolist() for k in _SECONDS}
-    cols = {**ints, **secs}
-    out_tokens = np.where(served, work.output_tokens, 0).tolist()
-    ttft = np.where(served, tl.first_token_s - tl.sent_s, np.nan).tolist()
-    start = np.where(served, tl.start_s, tl.end_s).tolist()
-    wait = (np.array(start) - tl.arrival_s).tolist()
-    prompt, cached, client = table.prompt_tokens.tolist(), table.cached_tokens.tolist(), table.client.tolist()
-    sent, arrival, end_s = tl.sent_s.tolist(), tl.arrival_s.tolist(), tl.end_s.tolist()
-    started = tl.start_s.tolist()
+    served = np.array([e in ("stop", "length") for e in tl.end], dtype=bool)
+    d = work.decode
+    cols: dict[str, np.ndarray] = {k: np.where(served, d[k], 0).astype(np.int64) for k in _SUMS if k not in _SECONDS}
+    cols |= {k: np.where(served, d[k], 0.0) for k in _SECONDS}
+    start = np.where(served, tl.start_s, tl.end_s)
     e = eng.engine
-    gpu = [None] * len(table)
+    gpu = np.full(len(table), np.nan)  # NaN: the request had the GPU alone (its GPU seconds are its decode_s)
     if e.batching or e.parallel > 1:  # decode shared the GPU: its rate is wall time; its GPU seconds are kept apart
-        parts = work.decode["compute_s"] + work.decode["stall_s"] + work.decode["break_s"] + work.decode["idle_s"]
-        gpu = np.where(served, parts, 0.0).tolist()
+        parts = d["compute_s"] + d["stall_s"] + d["break_s"] + d["idle_s"]
+        gpu = np.where(served, parts, 0.0)
         if not e.batching:  # slots took turns: from the first token to the end, plus the first step
-            wall = tl.end_s - tl.first_token_s + work.decode["first_step_s"]
-            cols["decode_s"] = np.where(served, wall, 0.0).tolist()
-    prefill = np.where(served, work.prefill_s, 0.0).tolist()
-    records = [RequestRecord(i, prompt[i], out_tokens[i], started[i], ttft[i],
-                             *[cols[k][i] for k in _SUMS], sent_s=sent[i], arrival_s=arrival[i], queue_wait_s=wait[i],
-                             prefill_s=prefill[i], end_s=end_s[i], end=tl.end[i], cached_tokens=cached[i],
-                             client=client[i], decode_gpu_s=gpu[i]) for i in range(len(table))]
-    return eng, records, tl
+            wall = tl.end_s - tl.first_token_s + d["first_step_s"]
+            cols["decode_s"] = np.where(served, wall, 0.0)
+    cols |= {"id": np.arange(len(table), dtype=np.int64), "prompt_tokens": table.prompt_tokens.astype(np.int64),
+             "output_tokens": np.where(served, work.output_tokens, 0).astype(np.int64), "start_s": tl.start_s.copy(),
+             "ttft_s": np.where(served, tl.first_token_s - tl.sent_s, np.nan), "sent_s": tl.sent_s.copy(),
+             "arrival_s": tl.arrival_s.copy(), "queue_wait_s": start - tl.arrival_s,
+             "prefill_s": np.where(served, work.prefill_s, 0.0), "end_s": tl.end_s.copy(),
+             "end": np.array(tl.end, dtype=object), "cached_tokens": table.cached_tokens.astype(np.int64),
+             "client": table.client.astype(np.int64), "decode_gpu_s": gpu}
+    return eng, ServedRequests(cols), tl
 
 
-def serve_metrics(eng: EngineSetup, all_recs: list[RequestRecord], tl: Timeline | None = None) -> dict[str, float]:
+def _fsum(values: np.ndarray) -> float:
+    """Sum in order, one float at a time (the totals a loop over the requests would give, to the last bit)."""
+    return float(sum(values.tolist()))
+
+
+def serve_metrics(eng: EngineSetup, all_recs, tl: Timeline | None = None) -> dict[str, float]:
     """Decode telemetry over the served requests; with the run's timeline, the load metrics too."""
-    recs = [r for r in all_recs if r.end in ("stop", "length")]
-    out = load_metrics(eng, all_recs, tl) if tl is not None else {}
-    if not recs:
+    reqs = as_served(all_recs)
+    r = reqs.subset(reqs.served)
+    out = load_metrics(eng, reqs, tl) if tl is not None else {}
+    if not len(r):
         return out
-    tokens = sum(r.output_tokens for r in recs)
-    wall = sum(r.decode_s for r in recs) or float("nan")  # all step costs zero: no rate to report
-    decode = sum(r.gpu_s for r in recs) or float("nan")  # GPU seconds: the time shares are of these
+    c = r.columns
+    tokens = int(c["output_tokens"].sum())
+    wall = _fsum(c["decode_s"]) or float("nan")  # all step costs zero: no rate to report
+    decode = _fsum(r.gpu_s) or float("nan")  # GPU seconds: the time shares are of these
     idle_share = eng.params.break_idle_share
-    busy = sum(r.compute_s + r.stall_s + (1 - idle_share) * r.break_s for r in recs)
+    busy = _fsum(c["compute_s"] + c["stall_s"] + (1 - idle_share) * c["break_s"])
+    routed = c["routed"]
+    offload = c["peer_experts"] + c["cpu_experts"] + c["pcie_reads"]
     out |= {
         "expert_slots": float(eng.slots),
         "expert_coverage": eng.coverage,
         "expert_cache_gib": eng.cache_gib,
         "free_vram_gib": eng.free_gib,
-        "expert_hit_rate": float(np.median([r.hit_rate for r in recs])),
-        "pcie_spill_share": float(np.median([r.pcie_share for r in recs])),
+        "expert_hit_rate": float(np.median(r.hit_rate)),
+        "pcie_spill_share": float(np.median(r.pcie_share)),
         "decode_tok_s": tokens / wall,
-        "decode_tok_s_median": float(np.median([r.decode_tok_s for r in recs])),
+        "decode_tok_s_median": float(np.median(r.decode_tok_s)),
         "gpu_busy_share": busy / decode,
-        "compute_share": sum(r.compute_s for r in recs) / decode,
-        "stall_share": sum(r.stall_s for r in recs) / decode,
-        "eager_share": sum(r.break_s for r in recs) / decode,
-        "host_share": sum(r.idle_s for r in recs) / decode,
-        "requests_spilling_share": float(np.mean([r.pcie_reads > 0 for r in recs])),
+        "compute_share": _fsum(c["compute_s"]) / decode,
+        "stall_share": _fsum(c["stall_s"]) / decode,
+        "eager_share": _fsum(c["break_s"]) / decode,
+        "host_share": _fsum(c["idle_s"]) / decode,
+        "requests_spilling_share": float(np.mean(c["pcie_reads"] > 0)),
         # routed experts not served from the engine GPU's VRAM: peers, host CPU, PCIe reads (Basalt's "pcie=")
-        "offload_share": float(np.median([(r.peer_experts + r.cpu_experts + r.pcie_reads) / r.routed if r.routed
-                                          else 0.0 for r in recs])),
-        "ttft_s_median": float(np.median([r.ttft_s for r in recs])),
-        "requests": float(len(recs)),
+        "offload_share": float(np.median(np.divide(offload, routed, out=np.zeros(routed.size), where=routed > 0))),
+        "ttft_s_median": float(np.median(c["ttft_s"])),
+        "requests": float(len(r)),
         "output_tokens": float(tokens),
     }
     pw = eng.engine.power
     if pw is not None:
-        energy = sum(pw.busy_w * r.compute_s + pw.stalled_w * (r.stall_s + (1 - idle_share) * r.break_s)
-                     + pw.idle_w * (r.idle_s + idle_share * r.break_s) for r in recs)
+        energy = _fsum(pw.busy_w * c["compute_s"] + pw.stalled_w * (c["stall_s"] + (1 - idle_share) * c["break_s"])
+                       + pw.idle_w * (c["idle_s"] + idle_share * c["break_s"]))
         out["energy_j_per_token"] = energy / tokens
         out["gpu_power_w"] = energy / decode
     return out
 
 
-def load_metrics(eng: EngineSetup, recs: list[RequestRecord], tl: Timeline) -> dict[str, float]:
+def load_metrics(eng, recs, tl: Timeline) -> dict[str, float]:
     """Throughput, TTFT, queueing and admission over the whole run; VRAM per GPU. Little's law check: the
     time-averaged number of requests in the engine (integrated over the run) against arrival rate x mean time in it."""
-    served = [r for r in recs if r.end in ("stop", "length")]
-    ttft = np.array([r.ttft_s for r in served])
-    wait = np.array([r.queue_wait_s for r in recs if r.end != "rejected"])
+    reqs = as_served(recs)
+    c = reqs.columns
+    served = reqs.served
+    end = c["end"]
+    admitted = end != "rejected"
+    ttft = c["ttft_s"][served]
+    wait = c["queue_wait_s"][admitted]
     span = tl.makespan_s
-    tokens = sum(r.output_tokens for r in served)
-    new_tokens = sum(r.prompt_tokens - r.cached_tokens for r in served)
-    prefill = sum(r.prefill_s for r in served)
+    n_served = int(served.sum())
+    tokens = int(c["output_tokens"][served].sum())
+    new_tokens = int((c["prompt_tokens"] - c["cached_tokens"])[served].sum())
+    prefill = _fsum(c["prefill_s"][served])
     out: dict[str, float] = {
-        "requests_completed": float(len(served)),
-        "requests_rejected": float(sum(r.end == "rejected" for r in recs)),
-        "requests_cancelled": float(sum(r.end == "cancelled" for r in recs)),
-        "requests_length": float(sum(r.end == "length" for r in recs)),
+        "requests_completed": float(n_served),
+        "requests_rejected": float((~admitted).sum()),
+        "requests_cancelled": float((end == "cancelled").sum()),
+        "requests_length": float((end == "length").sum()),
         "throughput_tok_s": tokens / span if span > 0 else float("nan"),
-        "requests_per_s": len(served) / span if span > 0 else float("nan"),
+        "requests_per_s": n_served / span if span > 0 else float("nan"),
         "makespan_s": span,
         "queue_wait_mean_s": float(wait.mean()) if wait.size else 0.0,
         "queue_peak": float(tl.peak_queue),
@@ -446,11 +405,10 @@ def load_metrics(eng: EngineSetup, recs: list[RequestRecord], tl: Timeline) -> d
     if ttft.size:
         out |= {"ttft_p50_s": float(np.percentile(ttft, 50)), "ttft_mean_s": float(ttft.mean()),
                 "ttft_p99_s": float(np.percentile(ttft, 99)),
-                "e2e_mean_s": float(np.mean([r.end_s - r.sent_s for r in served]))}
-    admitted = [r for r in recs if r.end != "rejected"]
-    if span > 0 and admitted:  # Little's law: L (integrated) = lambda x W (per request)
+                "e2e_mean_s": float(np.mean((c["end_s"] - c["sent_s"])[served]))}
+    if span > 0 and admitted.any():  # Little's law: L (integrated) = lambda x W (per request)
         out["requests_in_engine_mean"] = tl.in_system_area / span
-        out["little_lambda_w"] = len(admitted) / span * float(np.mean([r.end_s - r.arrival_s for r in admitted]))
+        out["little_lambda_w"] = int(admitted.sum()) / span * float(np.mean((c["end_s"] - c["arrival_s"])[admitted]))
     for name, used, total in eng.vram:
         out[f"vram.{name}.used_mib"] = used
         out[f"vram.{name}.free_mib"] = total - used
@@ -471,12 +429,11 @@ def in_bucket(pct: np.ndarray, lo: float, hi: float | None) -> np.ndarray:
     return upper & ((pct > 0) if lo == 0 else (pct >= lo))
 
 
-def bucket_arrays(recs: list[RequestRecord]) -> dict[str, np.ndarray]:
+def bucket_arrays(recs) -> dict[str, np.ndarray]:
     """Per served request: spill share and hit rate (percent) and decode tok/s, for :func:`bucket_requests`."""
-    served = [r for r in recs if r.end in ("stop", "length")]
-    return {"pcie_spill": np.array([r.pcie_share * 100 for r in served]),
-            "hit_rate": np.array([r.hit_rate * 100 for r in served]),
-            "decode_tok_s": np.array([r.decode_tok_s for r in served])}
+    reqs = as_served(recs)
+    r = reqs.subset(reqs.served)
+    return {"pcie_spill": r.pcie_share * 100, "hit_rate": r.hit_rate * 100, "decode_tok_s": r.decode_tok_s}
 
 
 def bucket_requests(arrays: dict[str, np.ndarray], by: str, lo: float, hi: float | None) -> tuple[int, float | None]:
@@ -487,7 +444,7 @@ def bucket_requests(arrays: dict[str, np.ndarray], by: str, lo: float, hi: float
     return int(mask.sum()), (float(arrays["decode_tok_s"][mask].mean()) if mask.any() else None)
 
 
-def spill_buckets(all_recs: list[RequestRecord]) -> list[dict]:
+def spill_buckets(all_recs) -> list[dict]:
     """Served requests bucketed by PCIe spill share and by hit rate (percent), as ``strata_spill_buckets.csv`` is:
     count and mean per-request decode tok/s of each bucket."""
     arrays = bucket_arrays(all_recs)
@@ -498,9 +455,14 @@ def spill_buckets(all_recs: list[RequestRecord]) -> list[dict]:
     return rows
 
 
-def request_rows(recs: list[RequestRecord]) -> list[dict]:
+def request_rows(recs) -> Iterator[dict]:
     """``requests.csv``: one row per request, shares as fractions, times in seconds; a request that was rejected or
-    cancelled has no decode figures (empty cells)."""
+    cancelled has no decode figures (empty cells); a request without expert lookups (a dense model) no hit rate or
+    spill share. Rows are made a chunk at a time, so the table streams to disk."""
+    return as_served(recs).rows(_request_rows)
+
+
+def _request_rows(recs: list[RequestRecord]) -> list[dict]:
     return [{"request": r.id, "client": r.client, "end": r.end, "sent_s": r.sent_s, "arrival_s": r.arrival_s,
              "queue_wait_s": r.queue_wait_s, "end_s": r.end_s, "e2e_s": r.end_s - r.sent_s,
              "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens, "prefill_s": r.prefill_s,

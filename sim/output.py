@@ -79,12 +79,32 @@ def csv_text(rows: Iterable[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def write_outputs(out_dir: str, summary: Mapping[str, Any], tables: Mapping[str, list[dict]]) -> list[str]:
-    """Write each table as ``NAME.csv`` and then ``summary.json`` (last, so its presence means the run finished)."""
+def write_csv_stream(path: str, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Write rows that all have the same columns (those of the first) to ``path`` as they come, atomically: a long
+    table never sits in memory whole."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            w = None
+            for r in rows:
+                if w is None:
+                    w = csv.DictWriter(fh, fieldnames=list(r), lineterminator="\n")
+                    w.writeheader()
+                w.writerow({k: ("" if v is None else v) for k, v in clean(r).items()})
+
+    atomic_write_with(path, write)
+
+
+def write_outputs(out_dir: str, summary: Mapping[str, Any], tables: Mapping[str, Iterable[dict]]) -> list[str]:
+    """Write each table as ``NAME.csv`` and then ``summary.json`` (last, so its presence means the run finished). A
+    table given as an iterator (not a list) streams: its rows must all have the first row's columns."""
     written = []
     for name, rows in tables.items():
         path = os.path.join(out_dir, f"{name}.csv")
-        atomic_write_text(path, csv_text(rows))
+        if isinstance(rows, list):
+            atomic_write_text(path, csv_text(rows))
+        else:
+            write_csv_stream(path, rows)
         written.append(path)
     path = os.path.join(out_dir, "summary.json")
     atomic_write_text(path, dumps(summary))

@@ -115,12 +115,13 @@ def serve_lines(res: RunResult) -> list[str]:
            f"{m['stall_share']:.0%}, eager steps {m['eager_share']:.0%}, host {m['host_share']:.0%}; GPU busy as the "
            f"driver reports it {m['gpu_busy_share']:.0%}"]
     if eng.peers or eng.host_slots is not None:
-        lookups = sum(r.lookups for r in res.requests) or 1
+        reqs = res.requests
+        lookups = int(reqs.lookups.sum()) or 1
         parts = [f"peer {name} {n} experts" for name, n in zip(eng.engine.peers, eng.peer_slots, strict=True)]
         if eng.host_slots is not None:
             parts.append(f"host RAM {eng.host_slots} experts, the rest on disk")
-        peer = sum(r.peer_lookups for r in res.requests) / lookups
-        disk = sum(r.disk_lookups for r in res.requests) / lookups
+        peer = int(reqs.peer_lookups.sum()) / lookups
+        disk = int(reqs.disk_lookups.sum()) / lookups
         out.append(f"  tiers below VRAM: {', '.join(parts)}; lookups served by peers {peer:.1%}, from disk {disk:.2%}")
     if "energy_j_per_token" in m:
         out.append(f"  energy {m['energy_j_per_token']:.2f} J/token at {m['gpu_power_w']:.0f} W average")

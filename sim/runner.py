@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -10,9 +11,10 @@ import numpy as np
 
 from .hardware import has_load_path, link_info
 from .labsim import JobRecord, run_jobs
-from .moe_serve import EngineSetup, RequestRecord, request_rows, serve, serve_metrics, spill_buckets
+from .moe_serve import EngineSetup, request_rows, serve, serve_metrics, spill_buckets
 from .probes import ProbeReport, link_metrics, probe_machine, probe_metrics
 from .scenario import Scenario, is_dense_engine
+from .served import ServedRequests
 from .server import Timeline
 
 if TYPE_CHECKING:
@@ -26,7 +28,7 @@ class RunResult:
     probes: list[ProbeReport]
     jobs: list[JobRecord]
     engine: EngineSetup | DenseSetup | None = None
-    requests: list[RequestRecord] = field(default_factory=list)
+    requests: ServedRequests | list = field(default_factory=list)  # empty: nothing served
     serve_metrics: dict[str, float] = field(default_factory=dict)
     buckets: list[dict] = field(default_factory=list)  # requests by spill share and hit rate
     timeline: Timeline | None = None
@@ -121,7 +123,8 @@ def summary(res: RunResult, scenario_file: str) -> dict:
     return out
 
 
-def tables(res: RunResult) -> dict[str, list[dict]]:
+def tables(res: RunResult) -> dict[str, Iterable[dict]]:
+    """Tidy tables of the run; ``requests`` is an iterator (it streams to disk)."""
     loads, stages, estimates, jobs = [], [], [], []
     for p in res.probes:
         row = {"machine": p.machine, "model": p.model, "gb": p.gb, "fits": p.fits,

@@ -39,6 +39,8 @@ CASES: dict[str, dict] = {
                           "target_s": None},
     "dense_7b_arxiv_100k": {"scenario": "scenarios/a100_llama2_7b.yaml", "sets": ["serve.requests=100000"],
                             "target_s": None},
+    "dense_7b_arxiv_1m": {"scenario": "scenarios/a100_llama2_7b.yaml", "sets": ["serve.requests=1000000"],
+                          "target_s": None, "slow": True},
     "moe_arxiv_1k": {"scenario": "scenarios/gen3_5090.yaml", "sets": [*ARXIV, "serve.requests=1000"],
                      "target_s": None},
     "moe_arxiv_10k": {"scenario": "scenarios/gen3_5090.yaml", "sets": [*ARXIV, "serve.requests=10000"],
@@ -101,7 +103,8 @@ def main() -> None:
     if args.child:
         child(args.child)
         return
-    names = args.cases.split(",") if args.cases else (QUICK if args.quick else list(CASES))
+    names = args.cases.split(",") if args.cases else (QUICK if args.quick else
+                                                      [n for n, c in CASES.items() if not c.get("slow")])
     ref = min(reference_loop_s() for _ in range(3))
     print(f"reference loop (1e6 additions): {ref * 1e3:.1f} ms; python {sys.version.split()[0]}")
     print(f"{'case':<18}{'wall s':>8}{'process s':>10}{'RSS MB':>8}{'requests':>10}{'tokens':>11}{'req/s':>9}"

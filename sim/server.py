@@ -203,6 +203,22 @@ class Engine:
         self._schedule()
 
 
+class _Arrival(simpy.Event):
+    """An event at exactly ``at`` (seconds, not before now) that precedes every other event of that instant, as if
+    scheduled before the run began (arrivals are scheduled one at a time, in order)."""
+
+    def __init__(self, env: simpy.Environment, at: float) -> None:
+        super().__init__(env)
+        self._ok, self._value = True, None
+        now = env.now
+        delay = at - now
+        while now + delay < at:  # now + (at - now) can round off ``at`` by an ulp: land on it exactly
+            delay = float(np.nextafter(delay, np.inf))
+        while now + delay > at:
+            delay = float(np.nextafter(delay, -np.inf))
+        env.schedule(self, simpy.core.URGENT, delay)
+
+
 def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, think_s: float, think_law: str,
              queue_limit: int | None, timeout_s: float | None, rng: np.random.Generator, batch_engine=None,
              engine_factory=None) -> Timeline:
@@ -258,9 +274,15 @@ def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, 
 
         for c in range(clients):
             env.process(client(c))
-    else:  # every arrival known in advance: one timeout each, scheduled up front
-        for i in range(n):
-            env.timeout(float(table.arrival_s[i])).callbacks.append(lambda _ev, i=i: send(i))
+    elif n:  # every arrival known in advance: each schedules the next (one pending event, whatever the trace)
+        arrival = table.arrival_s.tolist()
+
+        def arrive(_ev, i: int = 0) -> None:
+            if i + 1 < n:  # before sending i: a same-time successor still precedes what i's arrival schedules
+                _Arrival(env, arrival[i + 1]).callbacks.append(lambda ev: arrive(ev, i + 1))
+            send(i)
+
+        _Arrival(env, arrival[0]).callbacks.append(arrive)
     env.run()
     engine._account()
     tl.makespan_s = float(np.nanmax(tl.end_s) - np.nanmin(tl.sent_s)) if n else 0.0

@@ -26,6 +26,7 @@ every decode iteration as its own event instead (the reference the closed form i
 from __future__ import annotations
 
 import heapq
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,17 +96,18 @@ class DenseEngine(Engine):
         self.setup, self.cost, self.exact = setup, setup.cost, exact
         self.capacity = setup.kv_pool_tokens
         n = len(prompt)
-        self.prompt = prompt.tolist()  # tokens to prefill on (re)admission, including the ones generated before
-        self.cached = cached.tolist()
-        self.output = work.output_tokens.tolist()
-        self.generated = [0] * n
-        self.share_s = [0.0] * n  # GPU seconds: each iteration's time divided among the sequences in it
-        self.prefill_s = [0.0] * n  # seconds of the iterations that carried its prompt's chunks
-        self.preempted_count = [0] * n
+        # per request, as compact arrays (8 bytes each: a million requests cost tens of MB, not hundreds)
+        self.prompt = array("q", prompt.tolist())  # tokens to prefill on (re)admission, with those generated before
+        self.cached = array("q", cached.tolist())
+        self.output = array("q", work.output_tokens.tolist())
+        self.generated = array("q", bytes(8 * n))
+        self.share_s = array("d", bytes(8 * n))  # GPU seconds: each iteration's time divided among its sequences
+        self.prefill_s = array("d", bytes(8 * n))  # seconds of the iterations that carried its prompt's chunks
+        self.preempted_count = array("q", bytes(8 * n))
         # decoding sequences: join state, read back when they leave (nothing per iteration)
-        self.join_iter = [0] * n
-        self.join_context = [0] * n
-        self.join_share = [0.0] * n
+        self.join_iter = array("q", bytes(8 * n))
+        self.join_context = array("q", bytes(8 * n))
+        self.join_share = array("d", bytes(8 * n))
         self.decoding: dict[int, None] = {}  # in join order (the last is preempted first)
         self.finish_heap: list[tuple[int, int]] = []  # (iteration at which it has all its tokens, request)
         self.iteration = 0  # decode iterations so far (each decoding sequence gains a token per iteration)

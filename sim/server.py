@@ -275,14 +275,14 @@ def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, 
         for c in range(clients):
             env.process(client(c))
     elif n:  # every arrival known in advance: each schedules the next (one pending event, whatever the trace)
-        arrival = table.arrival_s.tolist()
+        arrival = table.arrival_s
 
         def arrive(_ev, i: int = 0) -> None:
             if i + 1 < n:  # before sending i: a same-time successor still precedes what i's arrival schedules
-                _Arrival(env, arrival[i + 1]).callbacks.append(lambda ev: arrive(ev, i + 1))
+                _Arrival(env, float(arrival[i + 1])).callbacks.append(lambda ev: arrive(ev, i + 1))
             send(i)
 
-        _Arrival(env, arrival[0]).callbacks.append(arrive)
+        _Arrival(env, float(arrival[0])).callbacks.append(arrive)
     env.run()
     engine._account()
     tl.makespan_s = float(np.nanmax(tl.end_s) - np.nanmin(tl.sent_s)) if n else 0.0

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .hardware import has_load_path, link_info
 from .labsim import JobRecord, run_jobs
-from .moe_serve import EngineSetup, RequestRecord, request_rows, serve, serve_metrics, spill_buckets
 from .probes import ProbeReport, link_metrics, probe_machine, probe_metrics
 from .scenario import Scenario
-from .server import Timeline
+
+if TYPE_CHECKING:  # the serving engine is imported by the runs that serve (a dispatch-only run does not pay for it)
+    from .moe_serve import EngineSetup, RequestRecord
+    from .server import Timeline
 
 
 @dataclass
@@ -45,6 +48,8 @@ def run(scn: Scenario, seed: int) -> RunResult:
     jobs = run_jobs(scn, rng)
     res = RunResult(scn, seed, probes, jobs)
     if scn.serve is not None:  # its own random stream: adding a serve section leaves the jobs' draws unchanged
+        from .moe_serve import serve, serve_metrics, spill_buckets
+
         res.engine, res.requests, res.timeline = serve(scn, np.random.default_rng([seed, 1]))
         res.serve_metrics = serve_metrics(res.engine, res.requests, res.timeline)
         res.buckets = spill_buckets(res.requests)
@@ -142,6 +147,8 @@ def tables(res: RunResult) -> dict[str, list[dict]]:
                           "measured": li.measured})
     out = {"loads": loads, "load_stages": stages, "links": links, "jobs": jobs, "estimates": estimates}
     if res.engine is not None:
+        from .moe_serve import request_rows
+
         out["requests"] = request_rows(res.requests)
         out["spill_buckets"] = res.buckets
     return out

@@ -52,6 +52,9 @@ class OneLineErrors(click.Group):
     """Usage errors (a bad option, a missing argument) as one line on stderr with exit code 2, like every error."""
 
     def main(self, *args, **kwargs):
+        # numpy's OpenBLAS starts a thread per core when numpy is imported (tens of ms of a short command); sim's
+        # matrices are small and a sweep is parallel by processes: one BLAS thread, unless the user chose a number
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         kwargs.pop("standalone_mode", None)
         try:
             return super().main(*args, standalone_mode=False, **kwargs)

@@ -64,7 +64,8 @@ def plan_chunks(file: str, total_bytes: float, tensors: int, chunk_bytes: float,
     placed, spilled = split_bytes(total_bytes, free_bytes)
     grid = np.arange(0.0, total_bytes, chunk_bytes)[1:]
     cuts = np.cumsum(placed)[:-1] if spilled <= 0 else np.cumsum(placed)
-    edges = np.unique(np.concatenate(([0.0], grid, cuts[(cuts > 0) & (cuts < total_bytes)], [total_bytes])))
+    edges = np.sort(np.concatenate(([0.0], grid, cuts[(cuts > 0) & (cuts < total_bytes)], [total_bytes])))
+    edges = edges[np.concatenate(([True], edges[1:] != edges[:-1]))]  # np.unique's values; it imports numpy.ma
     sizes = np.diff(edges)
     keep = sizes > 0.5  # drop sub-byte slivers left by floating-point rounding
     sizes, starts = sizes[keep], edges[:-1][keep]

@@ -11,14 +11,14 @@ import numpy as np
 
 from .hardware import has_load_path, link_info
 from .labsim import JobRecord, run_jobs
-from .moe_serve import EngineSetup, request_rows, serve, serve_metrics, spill_buckets
 from .probes import ProbeReport, link_metrics, probe_machine, probe_metrics
 from .scenario import Scenario, is_dense_engine
-from .served import ServedRequests
-from .server import Timeline
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the serving engines are imported by the runs that serve (a dispatch-only run does not pay for them)
     from .dense_serve import DenseSetup
+    from .moe_serve import EngineSetup
+    from .served import ServedRequests
+    from .server import Timeline
 
 
 @dataclass
@@ -56,6 +56,8 @@ def run(scn: Scenario, seed: int) -> RunResult:
         res.engine, res.requests, res.timeline, stats = serve_dense(scn, np.random.default_rng([seed, 1]))
         res.serve_metrics = dense_metrics(res.engine, res.requests, res.timeline, stats)
     elif scn.serve is not None:  # its own random stream: adding a serve section leaves the jobs' draws unchanged
+        from .moe_serve import serve, serve_metrics, spill_buckets
+
         res.engine, res.requests, res.timeline = serve(scn, np.random.default_rng([seed, 1]))
         res.serve_metrics = serve_metrics(res.engine, res.requests, res.timeline)
         res.buckets = spill_buckets(res.requests)
@@ -154,6 +156,8 @@ def tables(res: RunResult) -> dict[str, Iterable[dict]]:
                           "measured": li.measured})
     out = {"loads": loads, "load_stages": stages, "links": links, "jobs": jobs, "estimates": estimates}
     if res.engine is not None:
+        from .moe_serve import request_rows
+
         out["requests"] = request_rows(res.requests)
     if res.buckets:
         out["spill_buckets"] = res.buckets

@@ -29,6 +29,7 @@ from .errors import ScenarioError, SimulationError
 from .output import atomic_write_text, atomic_write_with, dumps
 from .scenario import Scenario, load_scenario
 from .sweep_spec import RESERVED_COLUMNS, Plan
+from .sweep_table import Column, csv_text, typed_columns, write_parquet
 
 POINTS_DIR = "points"
 REFRESH_S = 30.0  # seconds between rewrites of the tables while a sweep runs
@@ -130,8 +131,6 @@ class SweepResult:
 def prepare_tasks(plan: Plan, seed: int | None) -> tuple[list[Task], list[str], list[str]]:
     """Validate every point (a bad value is one line naming its --set) and key every run; (tasks, drawn parameter
     names, held parameter names)."""
-    from .uncertainty import parameter_draws
-
     tasks: list[Task] = []
     names: list[str] = []
     held: list[str] = []
@@ -139,6 +138,8 @@ def prepare_tasks(plan: Plan, seed: int | None) -> tuple[list[Task], list[str], 
         scn, resolved = load_scenario(plan.scenario, sets)
         base = scn.seed if seed is None else seed
         if plan.uncertainty:
+            from .uncertainty import parameter_draws
+
             names, held, draw_sets = parameter_draws(plan.scenario, sets, plan.uncertainty, base)
             draws = []
             for k, dsets in enumerate(draw_sets):
@@ -258,9 +259,12 @@ def pool_backend(workers: int) -> Backend:
         from concurrent.futures import ProcessPoolExecutor, as_completed
         from concurrent.futures.process import BrokenProcessPool
 
-        # forkserver: workers start from a clean process, not a copy of this one and its threads
+        # forkserver: workers start from a clean process, not a copy of this one and its threads; the server imports
+        # the simulator once (about 0.3 s of CPU) and each worker is a fork of it, not an import of its own
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         ctx = multiprocessing.get_context(method)
+        if method == "forkserver":
+            ctx.set_forkserver_preload(["__main__", "sim.sweep", "sim.runner"])
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
         futures = [pool.submit(_run_task, t) for t in tasks]
         yielded: set = set()
@@ -359,9 +363,9 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
     with what is done saved and the tables written (``complete`` false); a failure of the pool or cluster too, then
     raises ``BackendFailure``. ``on_saved(n)`` is called after each saved run; ``prepared``: what
     ``prepare_tasks(plan, seed)`` returned, when the caller has it already."""
-    from .overlays import resolve_overlays
-
     if plan.sweep_file and not plan.measured_points:  # a bad measured table fails here, before anything is written
+        from .overlays import resolve_overlays
+
         x, hue = (plan.plot.x, plan.plot.hue) if plan.plot else (None, None)
         plan.measured_points = resolve_overlays(plan.measured, plan.sweep_file, x, hue)
     tasks, names, held = prepared or prepare_tasks(plan, seed)
@@ -495,12 +499,29 @@ def scenario_facts(plan: Plan) -> dict:
     return {"name": scn.name, "tie_threshold": scn.dispatch.tie_threshold, "machines": list(scn.machines)}
 
 
+def results_columns(rows: list[dict], axes: list) -> list[Column] | None:
+    """The columns of ``results_frame(rows, axes)`` as plain lists (``sim.sweep_table``), or None when a value
+    needs pandas to be typed as that frame types it."""
+    names = [a.name for a in axes]
+    columns = list(dict.fromkeys(c for r in rows for c in r))  # in order of first appearance, as pandas
+    front = [c for c in columns if not _is_metric(c, names)]
+    metrics = sorted(c for c in columns if _is_metric(c, names))
+    return typed_columns(rows, front, metrics, {a.name for a in axes if axis_as_text(a.values)})
+
+
 def write_results(out_dir: str, res: SweepResult, facts: dict) -> None:
-    """``results.parquet``, ``results.csv``, then ``sweep.json`` (last: what it says describes the tables)."""
+    """``results.parquet``, ``results.csv``, then ``sweep.json`` (last: what it says describes the tables). Without
+    pandas when ``results_columns`` types every value (pandas' import would be most of a short sweep's time)."""
     plan = res.plan
-    frame = results_frame(res.rows, plan.axes)
-    _atomic_parquet(frame, os.path.join(out_dir, "results.parquet"))
-    atomic_write_text(os.path.join(out_dir, "results.csv"), frame.to_csv(index=False, lineterminator="\n"))
+    parquet_path, csv_path = os.path.join(out_dir, "results.parquet"), os.path.join(out_dir, "results.csv")
+    columns = results_columns(res.rows, plan.axes)
+    if columns is not None:
+        atomic_write_with(parquet_path, lambda tmp: write_parquet(columns, tmp))
+        atomic_write_text(csv_path, csv_text(columns))
+    else:
+        frame = results_frame(res.rows, plan.axes)
+        _atomic_parquet(frame, parquet_path)
+        atomic_write_text(csv_path, frame.to_csv(index=False, lineterminator="\n"))
     manifest = {
         "scenario": plan.scenario, "sweep_file": plan.sweep_file, "set": plan.base_sets,
         "axes": [a.as_dict() for a in plan.axes], "zip": plan.zip, "seeds": plan.seeds,

@@ -19,10 +19,14 @@ from itertools import product
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ScenarioError
 from .scenario import Strict, _format_validation_error, read_yaml
+
+# the sweep-file models validate only sweep files: their validators are built on first use, not at import (a sweep
+# given by --axis never builds them)
+_BUILT_WHEN_USED = ConfigDict(defer_build=True)
 
 MAX_VALUES = 100_000  # values of one axis
 MAX_POINTS = 1_000_000  # points of a sweep
@@ -103,12 +107,16 @@ def parse_values(text: str, where: str, key: str) -> list[Any]:
 class Affine(Strict):
     """The axis value written to a path as ``times x value + plus``."""
 
+    model_config = _BUILT_WHEN_USED
+
     times: float = 1.0
     plus: float = 0.0
 
 
 class AxisSpec(Strict):
     """One axis of a sweep file."""
+
+    model_config = _BUILT_WHEN_USED
 
     values: list[Any] | str = Field(description="Values (a list; or text such as '8..48:4' or '3,4,5').")
     set: dict[str, Affine | None] | list[str] | str = Field(
@@ -123,6 +131,8 @@ class MeasuredValue(Strict):
     """Where a measured figure comes from in a table: a quantity row or a column of each row; optionally less another
     column; times ``scale``."""
 
+    model_config = _BUILT_WHEN_USED
+
     quantity: str | None = None
     column: str | None = None
     minus: str | None = Field(None, description="A column subtracted from `column` (total less used: free).")
@@ -131,6 +141,8 @@ class MeasuredValue(Strict):
 
 class MeasuredOverlay(Strict):
     """Measured points drawn over a sweep's figure: each row of ``table`` (or the one point of its quantities)."""
+
+    model_config = _BUILT_WHEN_USED
 
     label: str = Field(description="Legend text.")
     table: str = Field(description="Measured CSV (relative to the sweep file), provenance lines first.")
@@ -141,6 +153,8 @@ class MeasuredOverlay(Strict):
 
 
 class PlotSpec(Strict):
+    model_config = _BUILT_WHEN_USED
+
     preset: str = Field(description="Figure preset `sim plot DIR` draws by default.")
     x: str | None = None
     hue: str | None = None
@@ -156,6 +170,8 @@ class PlotSpec(Strict):
 
 class SweepFile(Strict):
     """A shipped or user sweep: a scenario, fixed changes, axes, and how to draw the result."""
+
+    model_config = _BUILT_WHEN_USED
 
     description: str = ""
     scenario: str = Field(description="Scenario file (relative to the sweep file).")

@@ -794,8 +794,8 @@ def _format_validation_error(source: str, exc: ValidationError) -> ScenarioError
     return ScenarioError(source, path, f"bad value {_short(err.get('input'))}: expected {msg[0].lower() + msg[1:]}")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that rejects a key repeated in one map (the last one would silently win)."""
+class _UniqueKeys:
+    """A loader mixin that rejects a key repeated in one map (the last one would silently win)."""
 
     def construct_mapping(self, node, deep=False):
         seen: set = set()
@@ -805,10 +805,26 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} appears twice in one map", key_node.start_mark)
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+
+
+class _UniqueKeyLoader(_UniqueKeys, yaml.SafeLoader):
+    """A SafeLoader with unique keys."""
+
+
+class _FastUniqueKeyLoader(_UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The same on libyaml's parser when PyYAML has it (several times faster); errors are reported from a re-read
+    with the pure-Python loader, so their wording does not depend on which parser is installed."""
 
 
 _YAML_CACHE: dict[str, tuple[tuple[int, ...], bytes]] = {}
+
+
+def _parse_yaml(text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_FastUniqueKeyLoader)  # noqa: S506 - a safe loader subclass
+    except yaml.YAMLError:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - raises the message users see
 
 
 def read_yaml(path: str) -> Any:
@@ -822,7 +838,7 @@ def read_yaml(path: str) -> Any:
         if hit is not None and hit[0] == stamp:
             return pickle.loads(hit[1])
         with open(path, encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+            data = _parse_yaml(fh.read())
         frozen = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)  # a copy per call: callers may change theirs
         _YAML_CACHE[os.path.abspath(path)] = (stamp, frozen)
         return pickle.loads(frozen)

@@ -18,7 +18,7 @@ import numpy as np
 
 from .expert_counts import CountSampler, StepLaw, draws_per_step, step_law
 from .routing import RequestRouter, request_popularity
-from .stepcost import expected_tokens_per_step, step_times, tokens_per_step
+from .stepcost import StepTimes, eager_steps, expected_tokens_per_step, layer_table, step_times, tokens_per_step
 
 SKEW_STEP = 0.125  # grid of the per-request skew's normal deviate z: exponent error spread * 0.0625 at most
 MAX_CELLS = 2_000_000  # steps x layers sampled at once (memory bound: a few arrays of this many int64)
@@ -72,6 +72,78 @@ class TierSampler:
         return StepCounts(resident, counts[host], np.stack(counts[:host], axis=2) if host else None,
                           counts[host + 1] if eng.host_slots is not None else None,
                           _row_sums(resident) + sum(_row_sums(c) for c in counts))
+
+
+FUSED_BLOCK_STEPS = 1024  # steps per block of the fused path: its working set stays in the CPU caches
+
+
+def fusable(eng, lw: TierSampler, rng: np.random.Generator) -> bool:
+    """The fused path applies: experts in VRAM or host RAM only (no peers, nothing beyond host RAM, no layer
+    split), both counts drawn from tabulated grids, and a PCG64 stream (it is read at two offsets)."""
+    return (not eng.peers and eng.host_slots is None and not eng.params.split_share
+            and lw.resident.grid is not None and len(lw.missed) == 2 and lw.missed[0] is not None
+            and lw.missed[0].grid is not None and lw.missed[1] is None
+            and type(rng.bit_generator) is np.random.PCG64)
+
+
+def fused_step_times(eng, lw: TierSampler, steps: int, rng: np.random.Generator, starts: np.ndarray):
+    """Exactly ``c = lw.sample(eng, steps, rng)`` then ``c.times(eng.params, starts=starts)`` (and ``c.routed``),
+    bit for bit and leaving ``rng`` where they leave it, but block by block: the resident counts' uniforms are the
+    stream's first ``steps x layers`` doubles and the host counts' the next as many, so two copies of the stream, one
+    advanced past the first block of doubles, draw them a block at a time; every pass over a block then runs in
+    cache instead of streaming arrays of millions of cells through memory. Layers stall only where they read over
+    PCIe (a few in a hundred), so the stalls are looked up there alone, once every step's eager state is known."""
+    layers = eng.moe.layers
+    p = eng.params
+    resident, host = lw.resident, lw.missed[0]
+    tab = layer_table(p, layers, resident.width - 1, host.width - 1)
+    cells = tab.gpu.size * tab.width
+    bg = rng.bit_generator
+    state = bg.state
+    streams = []
+    for skip in (0, steps * layers):
+        g = np.random.Generator(np.random.PCG64())
+        g.bit_generator.state = state
+        g.bit_generator.advance(skip)
+        streams.append(g)
+    step_reads = np.empty(steps, dtype=np.int64)
+    missed = np.empty(steps, dtype=np.int64)
+    routed = np.empty(steps, dtype=np.int64)
+    compute = np.empty(steps)
+    where, which = [], []
+    block = FUSED_BLOCK_STEPS
+    u_r, u_h = np.empty((block, layers)), np.empty((block, layers))
+    r, m = np.empty((block, layers), dtype=np.int32), np.empty((block, layers), dtype=np.int32)
+    for a in range(0, steps, block):
+        n = min(block, steps - a)
+        streams[0].random(out=u_r[:n])
+        streams[1].random(out=u_h[:n])
+        rr, mm = resident.invert(u_r[:n], r[:n]), host.invert(u_h[:n], m[:n])
+        cell = rr * tab.width
+        cell += mm
+        reads = np.take(tab.reads, cell, mode="clip")
+        step_reads[a:a + n] = reads.sum(axis=1, dtype=np.int32)
+        missed[a:a + n] = mm.sum(axis=1, dtype=np.int32)
+        routed[a:a + n] = rr.sum(axis=1, dtype=np.int32)
+        compute[a:a + n] = np.take(tab.gpu, rr, mode="clip").sum(axis=1)
+        at = np.flatnonzero(reads)
+        if at.size:
+            where.append(at + a * layers)
+            which.append(cell.reshape(-1)[at])
+    bg.advance(2 * steps * layers)  # past both, as the two draws leave it; advance() drops a buffered 32-bit half
+    after = bg.state
+    after["has_uint32"], after["uinteger"] = state["has_uint32"], state["uinteger"]
+    bg.state = after
+    routed += missed
+    reads_f = step_reads.astype(float)
+    in_eager, eager = eager_steps(p, reads_f, False, starts)
+    stall = np.zeros(steps * layers)
+    if where:
+        at = np.concatenate(where)
+        stall[at] = tab.stall[np.concatenate(which) + in_eager[at // layers] * cells]
+    times = StepTimes(compute, stall.reshape(steps, layers).sum(axis=1), np.where(in_eager, p.graph_break_s, 0.0),
+                      np.full(steps, p.host_s), reads_f, (missed - step_reads).astype(float), eager)
+    return times, routed
 
 
 def _row_sums(counts: np.ndarray) -> np.ndarray:
@@ -193,20 +265,25 @@ def _decode_group(eng, members: np.ndarray, steps: np.ndarray, lw: TierSampler, 
         for piece, (first, last) in enumerate(pieces):
             total = last - first
             starts = np.concatenate(([0], np.cumsum(n_steps)[:-1])) if len(pieces) == 1 else np.zeros(1, np.int64)
-            c = lw.sample(eng, total, rng)
-            if len(pieces) == 1:
-                t = c.times(eng.params, starts=starts)
+            if len(pieces) == 1 and fusable(eng, lw, rng):
+                t, routed = fused_step_times(eng, lw, total, rng, starts)
+                peer = disk = None
             else:
-                t = c.times(eng.params, eager)
-                eager = t.eager_after
+                c = lw.sample(eng, total, rng)
+                if len(pieces) == 1:
+                    t = c.times(eng.params, starts=starts)
+                else:
+                    t = c.times(eng.params, eager)
+                    eager = t.eager_after
+                routed, peer, disk = c.routed, c.peer, c.disk
             add = np.add.reduceat
             sums = {"decode_s": t.total_s, "compute_s": t.compute_s, "stall_s": t.stall_s, "break_s": t.break_s,
                     "idle_s": t.host_s, "pcie_reads": t.pcie_reads, "cpu_experts": t.cpu_experts,
-                    "routed": c.routed}
-            if c.peer is not None:
-                sums["peer_experts"] = c.peer.sum(axis=(1, 2))
-            if c.disk is not None:
-                sums["disk_reads"] = c.disk.sum(axis=1)
+                    "routed": routed}
+            if peer is not None:
+                sums["peer_experts"] = peer.sum(axis=(1, 2))
+            if disk is not None:
+                sums["disk_reads"] = disk.sum(axis=1)
             for key, values in sums.items():
                 out[key][idx] += add(values, starts)
             if piece == 0:

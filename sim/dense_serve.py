@@ -207,15 +207,7 @@ class DenseEngine(Engine):
             self._start(self.queue.popleft())
 
     # --- the GPU ---------------------------------------------------------------------------------------------
-    def _account(self) -> None:
-        now = self.env.now
-        dt = now - self.last
-        if dt > 0:
-            k = len(self.active)
-            if k:
-                self.tl.slots_area += dt * k
-            self.tl.in_system_area += dt * self.in_system
-        self.last = now
+    busy_while_active = False  # busy only while an iteration runs (counted by _busy), not while a prompt waits
 
     def _next_due(self) -> int:
         heap = self.finish_heap

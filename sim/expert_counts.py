@@ -144,16 +144,19 @@ class CountSampler:
         u = rng.random((steps, layers))
         if self.grid is None:
             return np.searchsorted(self.cdf, u + np.arange(layers), side="right") - np.arange(layers) * self.width
-        u *= GRID  # exact (a power of two): u / GRID below is the drawn u again
-        j = u.astype(np.int32)
+        return self.invert(u, np.empty(u.shape, dtype=np.int32))
+
+    def invert(self, u: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """The counts of uniforms ``u`` [steps, layers] into ``out`` (int32, same shape), by the tabulated grid."""
+        layers = u.shape[1]
+        j = (u * GRID).astype(np.int32)
         j += np.arange(0, layers * (GRID + 1), GRID + 1, dtype=np.int32)
-        out = np.take(self.grid, j, mode="clip", out=np.empty_like(j))  # j is in range: clip skips the checks
+        np.take(self.grid, j, mode="clip", out=out)  # j is in range: clip skips the checks
         jump = np.flatnonzero(out < 0)
         if jump.size:
             layer = jump % layers
             flat = out.reshape(-1)
-            flat[jump] = (np.searchsorted(self.cdf, u.reshape(-1)[jump] / GRID + layer, side="right")
-                          - layer * self.width)
+            flat[jump] = np.searchsorted(self.cdf, u.reshape(-1)[jump] + layer, side="right") - layer * self.width
         return out
 
 

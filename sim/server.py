@@ -100,6 +100,8 @@ class Engine:
         self.last = 0.0
         self.in_system = 0
 
+    busy_while_active = True  # the GPU counts as busy whenever a slot is active (an engine that knows better: False)
+
     def _account(self) -> None:
         """Advance the active slots' progress and the time integrals to now."""
         now = self.env.now
@@ -108,7 +110,8 @@ class Engine:
             k = len(self.active)
             if k:
                 self._progress(dt, k)
-                self.tl.busy_s += dt
+                if self.busy_while_active:
+                    self.tl.busy_s += dt
                 self.tl.slots_area += dt * k
             self.tl.in_system_area += dt * self.in_system
         self.last = now

@@ -104,7 +104,7 @@ def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: b
             held = peer[:, :, i]
             wait = np.maximum(wait, np.where(held > 0, latency_s + expert_s * held, 0.0))
     step_reads = reads.sum(axis=1)
-    in_eager, eager = _eager_steps(p, step_reads, eager, starts)
+    in_eager, eager = eager_steps(p, step_reads, eager, starts)
     # copies proceed while the layer computes and, in an eager step, through its launch and sync gaps as well
     window = gpu + np.where(in_eager, p.graph_break_s / layers, 0.0)[:, None]
     stall = np.maximum(wait - window, 0.0).sum(axis=1)
@@ -127,7 +127,7 @@ def _read_wait_s(p: StepParams, reads: np.ndarray) -> np.ndarray:
     return np.where(reads > 0, p.pcie_latency_s + reads * p.expert_bytes / (p.link_share * p.link_gbps * GB), 0.0)
 
 
-def _eager_steps(p: StepParams, step_reads: np.ndarray, eager: bool, starts: np.ndarray | None
+def eager_steps(p: StepParams, step_reads: np.ndarray, eager: bool, starts: np.ndarray | None
                  ) -> tuple[np.ndarray, bool]:
     """Which steps run off the fused path, and whether the request stays eager after them."""
     if p.break_mode == "sticky" and starts is not None:
@@ -141,7 +141,7 @@ def _eager_steps(p: StepParams, step_reads: np.ndarray, eager: bool, starts: np.
 
 
 @dataclass(frozen=True)
-class _LayerTable:
+class LayerTable:
     """Everything a layer-step costs, as a function of its (resident, missed) counts only: the same expressions as
     :func:`step_times`, evaluated once on the grid of counts, so a [steps, layers] batch is a few table reads."""
 
@@ -153,7 +153,7 @@ class _LayerTable:
 
 
 @functools.lru_cache(maxsize=64)
-def _layer_table(p: StepParams, layers: int, resident_max: int, missed_max: int) -> _LayerTable:
+def layer_table(p: StepParams, layers: int, resident_max: int, missed_max: int) -> LayerTable:
     r = np.arange(resident_max + 1)
     m = np.arange(missed_max + 1)
     gpu = _layer_gpu_s(p, layers, r)
@@ -161,7 +161,7 @@ def _layer_table(p: StepParams, layers: int, resident_max: int, missed_max: int)
     reads = m[None, :] - on_cpu
     wait = _read_wait_s(p, reads)
     stall = [np.maximum(wait - (gpu + add)[:, None], 0.0).ravel() for add in (0.0, p.graph_break_s / layers)]
-    return _LayerTable(m.size, gpu, on_cpu.astype(np.int32).ravel(), reads.astype(np.int32).ravel(),
+    return LayerTable(m.size, gpu, on_cpu.astype(np.int32).ravel(), reads.astype(np.int32).ravel(),
                        np.concatenate(stall))
 
 
@@ -171,7 +171,7 @@ def _step_times_tabulated(resident: np.ndarray, missed: np.ndarray, p: StepParam
     give (the same floating-point operations on the same counts), summed in the same order. A layer stalls only
     where it reads over PCIe (a few layer-steps in a hundred), so stalls are looked up there alone."""
     steps, layers = resident.shape
-    tab = _layer_table(p, layers, int(resident.max()), int(missed.max()))
+    tab = layer_table(p, layers, int(resident.max()), int(missed.max()))
     cell = resident.astype(np.int32, copy=True)
     cell *= tab.width
     cell += missed
@@ -179,7 +179,7 @@ def _step_times_tabulated(resident: np.ndarray, missed: np.ndarray, p: StepParam
     step_reads = reads.sum(axis=1, dtype=np.int32)  # whole experts: exact
     on_cpu = (missed.sum(axis=1, dtype=np.int32) - step_reads).astype(float)
     step_reads = step_reads.astype(float)
-    in_eager, eager = _eager_steps(p, step_reads, eager, starts)
+    in_eager, eager = eager_steps(p, step_reads, eager, starts)
     at = np.flatnonzero(reads)
     stall = np.zeros(steps * layers)
     stall[at] = tab.stall[cell.reshape(-1)[at] + in_eager[at // layers] * (tab.gpu.size * tab.width)]

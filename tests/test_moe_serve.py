@@ -323,3 +323,27 @@ def test_steps_needed_do_not_depend_on_the_block_size(monkeypatch):
     assert np.array_equal(decode_batch.steps_needed(tokens, acceptance, 4, np.random.default_rng(7)), whole)
     made = tokens_per_step(4, 0.5, 10, np.random.default_rng(0))
     assert made.dtype.kind == "i"
+
+
+def test_fused_step_times_are_the_sampled_ones_bit_for_bit(monkeypatch):
+    """The cache-blocked path draws the same uniforms (two offsets of one PCG64 stream) and leaves the stream where
+    sampling whole arrays leaves it, a buffered 32-bit half included."""
+    from sim import decode_batch
+    from sim.decode_batch import TierSampler, engine_step_law, fusable, fused_step_times
+    from sim.expert_counts import draws_per_step
+
+    eng = setup_engine(moe_scenario(), "server")  # 312 of 512 experts cached: misses, some read over PCIe
+    lw = TierSampler.build(engine_step_law(eng, eng.popularity, draws_per_step(eng.moe.top_k, 5, 0.0)))
+    monkeypatch.setattr(decode_batch, "FUSED_BLOCK_STEPS", 37)  # blocks that do not divide the steps
+    steps, starts = 1000, np.array([0, 10, 400, 999])
+    a, b = np.random.default_rng(8), np.random.default_rng(8)
+    a.integers(0, 5, 3, dtype=np.int32)
+    b.integers(0, 5, 3, dtype=np.int32)
+    assert fusable(eng, lw, b)
+    c = lw.sample(eng, steps, a)
+    slow = c.times(eng.params, starts=starts)
+    fast, routed = fused_step_times(eng, lw, steps, b, starts)
+    for field in ("compute_s", "stall_s", "break_s", "host_s", "pcie_reads", "cpu_experts"):
+        assert np.array_equal(getattr(fast, field), getattr(slow, field)), field
+    assert slow.pcie_reads.sum() > 0 and np.array_equal(routed, c.routed)
+    assert a.bit_generator.state == b.bit_generator.state

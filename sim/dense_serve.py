@@ -12,8 +12,9 @@ Scheduling, iteration by iteration (:class:`DenseEngine`):
   chunks of the admitted prompts, oldest first (chunked prefill); the iteration that reads a prompt's last chunk
   yields its first token;
 - each decoding sequence's KV grows by a token per iteration; when the pool cannot hold the next iteration's growth,
-  the most recently admitted sequence is preempted: its KV is freed and it goes back to the head of the queue, to
-  prefill its prompt and the tokens it had generated again (recompute, vLLM's default);
+  the running request that arrived last (decoding or still prefilling) is preempted: its KV is freed and it goes
+  back to the head of the queue, to prefill its prompt and the tokens it had generated again (recompute, as vLLM);
+- admission is judged with the KV as it will be when the iteration in progress ends, where the request joins;
 - iteration times come from the roofline of :mod:`sim.dense_step`.
 
 Event granularity: prefill iterations are one event each (a few per prompt); between two events a decode-only batch
@@ -76,6 +77,9 @@ def setup_dense(scn: Scenario, machine: str) -> DenseSetup:
                               f"{e.runtime_gib:g} GiB leaves {left:.2f} GiB for a KV pool"
                               + (f" of {pool:g} GiB" if it.kv_pool_gib is not None else ""))
     tokens = int(pool * GIB // (arch.kv_kib_per_token * KIB))
+    if tokens < 1:
+        raise SimulationError(f"machines.{machine}.engine: a KV pool of {pool:g} GiB holds no token of "
+                              f"{arch.kv_kib_per_token:g} KiB")
     assert it.memory_efficiency is not None and it.compute_efficiency is not None and it.overhead_s is not None
     assert card.hbm_gbps is not None and card.tflops is not None
     cost = IterationCost.build(spec.weights_gib * GIB, arch.kv_kib_per_token, arch.params_b, arch.layers,
@@ -97,7 +101,7 @@ class DenseEngine(Engine):
         self.capacity = setup.kv_pool_tokens
         n = len(prompt)
         # per request, as compact arrays (8 bytes each: a million requests cost tens of MB, not hundreds)
-        self.prompt = array("q", prompt.tolist())  # tokens to prefill on (re)admission, with those generated before
+        self.prompt = array("q", prompt.tolist())  # prompt tokens (a readmission prefills these and those generated)
         self.cached = array("q", cached.tolist())
         self.output = array("q", work.output_tokens.tolist())
         self.generated = array("q", bytes(8 * n))
@@ -115,6 +119,8 @@ class DenseEngine(Engine):
         self.context_join_sum = 0  # sum of join_context - join_iter over the decoding sequences
         self.prefilling: list[list[int]] = []  # [request, tokens left, tokens done], admission order
         self.reserved = 0  # KV tokens of the admitted prompts not yet decoding
+        self.run: tuple[float, int, int, int] | None = None  # the decode run in progress: (start, k, context, n)
+        self.growth = 0  # KV tokens the mixed iteration in progress adds when it ends
         self.wake = env.event()
         self.stats = {"iterations": 0, "memory_bound_iterations": 0, "prefill_iterations": 0, "preemptions": 0,
                       "batch_area": 0.0, "kv_area": 0.0, "kv_peak_tokens": 0, "busy_s": 0.0}
@@ -130,8 +136,17 @@ class DenseEngine(Engine):
     def _admissible(self, i: int) -> bool:  # its whole sequence must fit in the pool, or it could never finish
         return self.prompt[i] + self.output[i] + 1 <= self.capacity
 
+    def _kv_at_boundary(self) -> int:
+        """KV tokens in use when the iteration in progress ends (where an admission would join): a decode run's
+        sequences have grown by a token per iteration since it started, and that iteration's too."""
+        used = self._kv_used()
+        if self.run is None:
+            return used + self.growth
+        start, k, context, n = self.run
+        return used + k * min(self.cost.steps_within(k, context, n, self.env.now - start) + 1, n)
+
     def _has_room(self, i: int) -> bool:
-        return len(self.active) < self.parallel and self._kv_used() + self._need(i) <= self.capacity
+        return len(self.active) < self.parallel and self._kv_at_boundary() + self._need(i) <= self.capacity
 
     def _progress(self, dt: float, k: int) -> None:  # the loop tracks progress itself
         return
@@ -169,14 +184,12 @@ class DenseEngine(Engine):
         self.decoding[i] = None
         heapq.heappush(self.finish_heap, (self.iteration + left, i))
 
-    def _depart(self, i: int) -> int:
-        """Take ``i`` out of the decoding set; returns its KV tokens."""
+    def _depart(self, i: int) -> None:
+        """Take ``i`` out of the decoding set (its KV goes with it), with the tokens and GPU share it gained."""
         del self.decoding[i]
-        steps = self.iteration - self.join_iter[i]
-        self.generated[i] += steps
+        self.generated[i] += self.iteration - self.join_iter[i]
         self.share_s[i] += self.share_clock - self.join_share[i]
         self.context_join_sum -= self.join_context[i] - self.join_iter[i]
-        return self.join_context[i] + steps
 
     def _leave(self, i: int) -> None:
         del self.active[i]
@@ -185,20 +198,31 @@ class DenseEngine(Engine):
         self._finish(i, "length" if self.work.capped[i] else "stop")
 
     def _preempt(self) -> None:
-        """Free the KV of the most recently joined sequence and queue it first, to recompute it."""
-        i = next(reversed(self.decoding))
-        self._depart(i)
+        """Free the KV of the running request that arrived last (decoding or prefilling) and queue it first, to
+        prefill its prompt and what it generated again."""
+        arrival = self.tl.arrival_s
+        i = max(self.active, key=lambda r: (arrival[r], r))
+        if i in self.decoding:
+            self._depart(i)
+        else:  # its prompt's chunks so far are lost with its reservation
+            entry = next(e for e in self.prefilling if e[0] == i)
+            self.prefilling.remove(entry)
+            self.reserved -= self.prompt[i] + self.generated[i]
         del self.active[i]
         self.preempted_count[i] += 1
         self.stats["preemptions"] += 1
         self.queue.appendleft(i)
         self.queued.add(i)
 
+    def _due_at(self, i: int) -> int | None:
+        """The iteration at which decoding request ``i`` has all its tokens (None: not decoding)."""
+        return self.join_iter[i] + self.output[i] - self.generated[i] if i in self.decoding else None
+
     def _complete_due(self) -> None:
         heap = self.finish_heap
         while heap and heap[0][0] <= self.iteration:
             _, i = heapq.heappop(heap)
-            if i in self.decoding and self.join_iter[i] + self.output[i] - self.generated[i] == self.iteration:
+            if self._due_at(i) == self.iteration:  # else stale: preempted since
                 self._depart(i)
                 self._leave(i)
 
@@ -211,8 +235,7 @@ class DenseEngine(Engine):
 
     def _next_due(self) -> int:
         heap = self.finish_heap
-        while heap[0][1] not in self.decoding or \
-                self.join_iter[heap[0][1]] + self.output[heap[0][1]] - self.generated[heap[0][1]] != heap[0][0]:
+        while self._due_at(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)  # preempted since: stale
         return heap[0][0]
 
@@ -224,8 +247,10 @@ class DenseEngine(Engine):
             if not self.prefilling and not self.decoding:
                 yield self.wake
                 continue
-            while self.decoding and self._kv_used() + len(self.decoding) > self.capacity:
-                self._preempt()  # never the last one: a lone sequence fits (admission checked it)
+            while self.active and self._kv_used() + len(self.decoding) > self.capacity:
+                self._preempt()  # a lone request always fits (admission checked its whole sequence)
+            if not self.prefilling and not self.decoding:
+                continue
             k = len(self.decoding)
             context = self._kv_used() - self.reserved  # KV tokens the decoding sequences read
             budget = self.setup.token_budget - k
@@ -251,20 +276,23 @@ class DenseEngine(Engine):
         tokens = k + sum(take for _, take in chunks)
         dt, memory_bound = self.cost.iteration_s(tokens, reads, pairs)
         kv = self._kv_used()
+        growth = k + sum(take == entry[1] for entry, take in chunks)  # a token per sequence, and first tokens
+        self.growth = growth
         yield env.timeout(dt)
+        self.growth = 0
         self._account()
         members = k + len(chunks)
         st["iterations"] += 1
         st["prefill_iterations"] += 1
         st["memory_bound_iterations"] += memory_bound
-        self._busy(dt, members, kv, kv + k)
+        self._busy(dt, members, kv, kv + growth)
         if k:
             self.iteration += 1
             self.share_clock += dt / members
         for entry, take in chunks:
             i = entry[0]
             self.share_s[i] += dt / members
-            self.prefill_s[i] += dt
+            self.prefill_s[i] += dt * take / tokens  # its chunk's share of the iteration
             entry[1] -= take
             entry[2] += take
         self._complete_due()
@@ -286,8 +314,10 @@ class DenseEngine(Engine):
         if self.exact:
             n = 1
         start = env.now
+        kv = self._kv_used()
         total = cost.run_s(k, context, n)
         timer = env.timeout(total)
+        self.run = (start, k, context, n)
         yield timer | self.wake
         done = n
         if not timer.processed:  # an admission: finish the iteration in progress, then let its prompt in
@@ -295,11 +325,11 @@ class DenseEngine(Engine):
             end = start + cost.run_s(k, context, done)
             if end > env.now:
                 yield env.timeout(end - env.now)
+        self.run = None
         self._account()
         elapsed = cost.run_s(k, context, done)
         st["iterations"] += done
         st["memory_bound_iterations"] += cost.memory_bound_steps(k, context, done)
-        kv = self._kv_used()
         self._busy(elapsed, k, kv, kv + k * done)
         self.iteration += done
         self.share_clock += elapsed / k
@@ -343,7 +373,7 @@ def serve_dense(scn: Scenario, rng: np.random.Generator, exact: bool = False):
     share = np.where(ok, eng.share_s, 0.0)
     start = np.where(ok, tl.start_s, tl.end_s)
     cols = {"id": np.arange(n, dtype=np.int64), "prompt_tokens": table.prompt_tokens.astype(np.int64),
-            "output_tokens": np.where(ok, out, 0).astype(np.int64), "start_s": start,
+            "output_tokens": np.where(ok, out, 0).astype(np.int64), "start_s": tl.start_s.copy(),
             "ttft_s": np.where(ok, tl.first_token_s - tl.sent_s, np.nan),
             "decode_s": np.where(ok, work.decode["decode_s"], 0.0), "compute_s": share, "stall_s": np.zeros(n),
             "break_s": np.zeros(n), "idle_s": np.zeros(n), "sent_s": tl.sent_s.copy(), "arrival_s": tl.arrival_s.copy(),

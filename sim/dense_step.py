@@ -99,7 +99,7 @@ def _crossing(m0: float, m1: float, c0: float, c1: float, n: int) -> int:
     if other1 <= lead1:
         return n
     meet = (lead0 - other0) / (other1 - lead1)  # >= 0: the lines meet here; up to it the leader stays ahead
-    return int(min(math.floor(meet) + 1, n))
+    return n if meet >= n else int(min(math.floor(meet) + 1, n))
 
 
 def _sum_of_max(m0: float, m1: float, c0: float, c1: float, n: int) -> float:

@@ -148,6 +148,7 @@ class CountSampler:
 
     def invert(self, u: np.ndarray, out: np.ndarray) -> np.ndarray:
         """The counts of uniforms ``u`` [steps, layers] into ``out`` (int32, same shape), by the tabulated grid."""
+        assert out.flags.c_contiguous  # written through a flat view below
         layers = u.shape[1]
         j = (u * GRID).astype(np.int32)
         j += np.arange(0, layers * (GRID + 1), GRID + 1, dtype=np.int32)

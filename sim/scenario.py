@@ -605,8 +605,11 @@ def _cross_reference_errors(s: Scenario) -> list[tuple[str, Any, str]]:
             need(f"{p}.model", e.model, s.models, "a model")
             need(f"{p}.gpu", e.gpu, m.gpus, "a GPU of this machine")
             spec = s.models.get(e.model)
-            if spec is not None and spec.moe is None and spec.dense is None:
-                errs.append((f"{p}.model", e.model, "a model with an 'moe' or a 'dense' section"))
+            if spec is not None and (spec.moe is None) == (spec.dense is None):
+                errs.append((f"{p}.model", e.model, "a model with an 'moe' or a 'dense' section (one of them)"))
+            if spec is not None and spec.moe is not None and e.iteration is not None:
+                errs.append((f"{p}.iteration", "...", "no 'iteration' section for an MoE model (its decode step "
+                             "cost is under 'step')"))
         if m.engine is not None and is_dense_engine(s, m.engine):
             errs.extend(_dense_engine_errors(s, m, f"machines.{mname}.engine", m.engine))
         elif m.engine is not None:
@@ -717,6 +720,11 @@ def _dense_engine_errors(s: Scenario, m: Machine, p: str, e: Engine) -> list[tup
     for field in ("peers", "layer_split", "host_ram_gib"):
         if getattr(e, field):
             errs.append((f"{p}.{field}", getattr(e, field), "nothing: a dense model has no experts to place"))
+    if e.step != StepCost():
+        errs.append((f"{p}.step", "...", "nothing: a dense model's iterations cost what its 'iteration' section "
+                     "says"))
+    if e.power is not None:
+        errs.append((f"{p}.power", "...", "nothing: power is not modelled for a dense engine"))
     gpu = m.gpus.get(e.gpu)
     card = s.gpus.get(gpu.type) if gpu is not None else None
     if card is not None:

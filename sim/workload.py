@@ -249,7 +249,8 @@ class _Cells:
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_PLAIN_NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+# one way only to match a number (no nested repetition to backtrack through); ASCII digits, as pandas reads them
+_PLAIN_NUMBER = r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
 
 
 def _plain_numeric_csv(text: str, limit: int) -> _Cells | None:
@@ -267,8 +268,8 @@ def _plain_numeric_csv(text: str, limit: int) -> _Cells | None:
     if any(line.count(",") != fields for line in data):
         return None
     first = data[:max(limit, 0)]
-    row = _PLAIN_NUMBER + ("," + _PLAIN_NUMBER) * fields
-    if first and not re.fullmatch(f"(?:{row}\n)*{row}", "\n".join(first)):
+    row = re.compile(_PLAIN_NUMBER + ("," + _PLAIN_NUMBER) * fields)
+    if not all(row.fullmatch(line) for line in first):
         return None
     columns = [list(c) for c in zip(*(line.split(",") for line in first), strict=True)] if first \
         else [[] for _ in header]

@@ -176,6 +176,10 @@ def test_littles_law_and_determinism():
     ({"machines__box__engine__iteration__overhead_s": None}, "machines.box.engine.iteration.overhead_s"),
     ({"gpus__card__hbm_gbps": None}, "gpus.card.hbm_gbps"),
     ({"machines__box__engine__host_ram_gib": 64}, "machines.box.engine.host_ram_gib"),
+    ({"machines__box__engine__step__dense_s": 0.01}, "machines.box.engine.step"),
+    ({"machines__box__engine__power": {"idle_w": 30, "busy_w": 400, "stalled_w": 200}}, "machines.box.engine.power"),
+    ({"models__d7__moe": {"layers": 2, "experts_per_layer": 8, "top_k": 2, "expert_mib": 1.0}},
+     "machines.box.engine.model"),
 ])
 def test_a_dense_engine_names_what_it_is_missing(over, key):
     with pytest.raises(ScenarioError) as err:
@@ -193,3 +197,41 @@ def test_sim_run_serves_the_shipped_dense_scenario():
                            "--set", "serve.requests=50"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "continuous batching" in text and "KV pool" in text
     assert os.path.exists(os.path.join(ROOT, "scenarios", "traces", "arxiv_summarization_lengths.csv"))
+
+
+def trace_scenario(tmp_path, rows: str, **over):
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n" + rows)
+    return dense_scenario(serve__workload__kind="trace", serve__workload__trace=str(path),
+                          machines__box__engine__iteration__kv_pool_gib=2000 * 512 / 2**20, **over)  # 2,000 tokens
+
+
+def test_an_arrival_during_a_decode_run_is_admitted_against_the_kv_at_that_iteration(tmp_path):
+    """A decodes alone for a while; B's prompt fits in the pool A left at the start of the run, not in what A holds
+    when B arrives: B waits for A instead of being admitted and forcing A out."""
+    scn = trace_scenario(tmp_path, "0,100,1500\n15,1000,10\n")
+    setup, recs, m = run(scn)
+    assert setup.kv_pool_tokens == 2000
+    assert m["kv_preemptions"] == 0 and m["kv_peak_share"] <= 1.0
+    assert recs[1].start_s >= recs[0].end_s - 1e-9  # B started once A's KV was free
+    _, slow, ms = run(scn, exact=True)
+    assert ms["iterations"] == m["iterations"] and slow[1].start_s == pytest.approx(recs[1].start_s, rel=1e-9)
+
+
+def test_the_request_that_arrived_last_is_preempted_even_while_it_prefills(tmp_path):
+    """A decodes; B is admitted (its prompt fits) and prefills 2 tokens an iteration while A's KV grows into B's
+    reservation: B, the later arrival, gives its place back, not A."""
+    scn = trace_scenario(tmp_path, "0,100,1800\n5.5,1400,10\n", machines__box__engine__iteration__token_budget=2)
+    _, recs, m = run(scn)
+    assert m["kv_preemptions"] >= 1 and m["kv_peak_share"] <= 1.0
+    assert recs[0].end_s < recs[1].end_s
+    _, slow, ms = run(scn, exact=True)
+    assert ms["kv_preemptions"] == m["kv_preemptions"] and ms["iterations"] == m["iterations"]
+    assert [r.end_s for r in slow] == pytest.approx([r.end_s for r in recs], rel=1e-9)
+
+
+def test_a_pool_smaller_than_a_token_cannot_start():
+    from sim.errors import SimulationError
+
+    with pytest.raises(SimulationError, match="holds no token"):
+        setup_dense(dense_scenario(machines__box__engine__iteration__kv_pool_gib=1e-4), "box")

@@ -445,3 +445,17 @@ def test_lengths_errors_name_their_key(tmp_path):
     with pytest.raises(ScenarioError) as info:
         moe_scenario(serve__workload__kind="agent", serve__workload__lengths=ARXIV)
     assert info.value.path == "serve.workload.lengths"
+
+
+def test_a_bad_cell_after_many_plain_rows_is_reported_at_once(tmp_path):
+    """The plain-CSV fast path matches a row in one way only: a bad cell late in a long file does not send it
+    backtracking through the rows before (it once took exponential time), and non-ASCII digits are not numbers."""
+    import time
+
+    path = write(tmp_path, "arrival_s,prompt_tokens,output_tokens\n" + "1000,12345,12345\n" * 2000 + "1000,6,x\n")
+    start = time.perf_counter()
+    with pytest.raises(ScenarioError, match=r"row 2002\.output_tokens: bad value 'x'"):
+        read_trace(path, 10_000)
+    assert time.perf_counter() - start < 5
+    with pytest.raises(ScenarioError, match=r"row 3\.prompt_tokens"):
+        read_trace(write(tmp_path, "arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,\u0663,4\n"), 10)

@@ -165,7 +165,7 @@ def simulate(scn: Scenario, obs: list[Observation], seed: int, replicas: int = 1
                          np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
     rng = np.random.default_rng(seed)
     work = request_work(eng, table, None, rng)
-    tl = run_events(table, work, 1, sv.request_overhead_s, 0.0, "fixed", None, None, rng)
+    tl, _ = run_events(table, work, 1, sv.request_overhead_s, 0.0, "fixed", None, None, rng)
     d = work.decode
     new = table.prompt_tokens - table.cached_tokens
     reads_only = col([o.engine in READS_ONLY_SHARE for o in obs])

@@ -18,7 +18,7 @@ import numpy as np
 
 from .expert_counts import CountSampler, StepLaw, draws_per_step, step_law
 from .routing import RequestRouter, request_popularity
-from .stepcost import StepTimes, eager_steps, expected_tokens_per_step, layer_table, step_times, tokens_per_step
+from .stepcost import expected_tokens_per_step, layer_table, step_times, tabulated_step_times, tokens_per_step
 
 SKEW_STEP = 0.125  # grid of the per-request skew's normal deviate z: exponent error spread * 0.0625 at most
 MAX_CELLS = 2_000_000  # steps x layers sampled at once (memory bound: a few arrays of this many int64)
@@ -97,7 +97,6 @@ def fused_step_times(eng, lw: TierSampler, steps: int, rng: np.random.Generator,
     p = eng.params
     resident, host = lw.resident, lw.missed[0]
     tab = layer_table(p, layers, resident.width - 1, host.width - 1)
-    cells = tab.gpu.size * tab.width
     bg = rng.bit_generator
     state = bg.state
     streams = []
@@ -134,16 +133,11 @@ def fused_step_times(eng, lw: TierSampler, steps: int, rng: np.random.Generator,
     after = bg.state
     after["has_uint32"], after["uinteger"] = state["has_uint32"], state["uinteger"]
     bg.state = after
-    routed += missed
-    reads_f = step_reads.astype(float)
-    in_eager, eager = eager_steps(p, reads_f, False, starts)
-    stall = np.zeros(steps * layers)
-    if where:
-        at = np.concatenate(where)
-        stall[at] = tab.stall[np.concatenate(which) + in_eager[at // layers] * cells]
-    times = StepTimes(compute, stall.reshape(steps, layers).sum(axis=1), np.where(in_eager, p.graph_break_s, 0.0),
-                      np.full(steps, p.host_s), reads_f, (missed - step_reads).astype(float), eager)
-    return times, routed
+    empty = np.zeros(0, dtype=np.int64)
+    at = np.concatenate(where) if where else empty
+    times = tabulated_step_times(p, tab, layers, compute, step_reads, missed, at,
+                                 np.concatenate(which) if which else empty, False, starts)
+    return times, routed + missed
 
 
 def _row_sums(counts: np.ndarray) -> np.ndarray:

@@ -357,17 +357,13 @@ def serve_dense(scn: Scenario, rng: np.random.Generator, exact: bool = False):
     n = len(table)
     zeros = np.zeros(n)
     work = Work(zeros, zeros, zeros, out, out < table.output_tokens, {"decode_s": np.zeros(n)})
-    holder: list[DenseEngine] = []
-
     def factory(env, work_, parallel, queue_limit, timeout_s, tl, done):
-        holder.append(DenseEngine(env, work_, parallel, queue_limit, timeout_s, tl, done, setup,
-                                  table.prompt_tokens, table.cached_tokens, exact))
-        return holder[0]
+        return DenseEngine(env, work_, parallel, queue_limit, timeout_s, tl, done, setup, table.prompt_tokens,
+                           table.cached_tokens, exact)
 
     w = sv.workload
-    tl = simulate(table, work, setup.engine.parallel, sv.request_overhead_s, w.think_s, w.think_law,
-                  sv.admission.queue_limit, sv.admission.timeout_s, rng, engine_factory=factory)
-    eng = holder[0]
+    tl, eng = simulate(table, work, setup.engine.parallel, sv.request_overhead_s, w.think_s, w.think_law,
+                       sv.admission.queue_limit, sv.admission.timeout_s, rng, factory)
     ok = np.array([e in ("stop", "length") for e in tl.end], dtype=bool)
     zero = np.zeros(n, dtype=np.int64)
     share = np.where(ok, eng.share_s, 0.0)

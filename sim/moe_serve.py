@@ -298,8 +298,16 @@ def serve(scn: Scenario, rng: np.random.Generator) -> tuple[EngineSetup, ServedR
     table = build_table(sv, rng)
     work = request_work(eng, table, sv.max_tokens, rng, sv.fidelity)
     w = sv.workload
-    tl = simulate(table, work, eng.engine.parallel, sv.request_overhead_s, w.think_s, w.think_law,
-                  sv.admission.queue_limit, sv.admission.timeout_s, rng, eng if eng.engine.batching else None)
+    factory = None
+    if eng.engine.batching:
+        from .batching import BatchEngine, BatchSteps
+
+        def factory(env, work_, parallel, queue_limit, timeout_s, tl, done):
+            return BatchEngine(env, work_, parallel, queue_limit, timeout_s, tl, done,
+                               work_.decode["steps"].astype(np.int64), BatchSteps(eng, rng))
+
+    tl, _ = simulate(table, work, eng.engine.parallel, sv.request_overhead_s, w.think_s, w.think_law,
+                     sv.admission.queue_limit, sv.admission.timeout_s, rng, factory)
     served = np.array([e in ("stop", "length") for e in tl.end], dtype=bool)
     d = work.decode
     cols: dict[str, np.ndarray] = {k: np.where(served, d[k], 0).astype(np.int64) for k in _SUMS if k not in _SECONDS}

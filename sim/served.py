@@ -103,8 +103,13 @@ class ServedRequests:
         return next(self._records([range(len(self))[index]]))
 
     def __iter__(self) -> Iterator[RequestRecord]:
+        for chunk in self._chunks():
+            yield from chunk
+
+    def _chunks(self) -> Iterator[list[RequestRecord]]:
+        """The records, ``ROW_CHUNK`` at a time."""
         for lo in range(0, len(self), ROW_CHUNK):
-            yield from self._records(range(lo, min(lo + ROW_CHUNK, len(self))))
+            yield list(self._records(range(lo, min(lo + ROW_CHUNK, len(self)))))
 
     def __add__(self, other) -> ServedRequests:
         other = as_served(other)
@@ -156,8 +161,8 @@ class ServedRequests:
 
     def rows(self, shaper) -> Iterator[dict]:
         """``shaper(records)`` rows, made ``ROW_CHUNK`` records at a time (a table that streams to disk)."""
-        for lo in range(0, len(self), ROW_CHUNK):
-            yield from shaper(list(self._records(range(lo, min(lo + ROW_CHUNK, len(self))))))
+        for chunk in self._chunks():
+            yield from shaper(chunk)
 
 
 def as_served(recs) -> ServedRequests:

@@ -223,26 +223,20 @@ class _Arrival(simpy.Event):
 
 
 def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, think_s: float, think_law: str,
-             queue_limit: int | None, timeout_s: float | None, rng: np.random.Generator, batch_engine=None,
-             engine_factory=None) -> Timeline:
-    """Move every request of ``table`` through the engine; returns when the last one ends. ``batch_engine``: an
-    engine set-up whose steps serve every active sequence at once (:mod:`sim.batching`); ``engine_factory``:
-    builds another engine from (env, work, parallel, queue_limit, timeout_s, timeline, done events)."""
+             queue_limit: int | None, timeout_s: float | None, rng: np.random.Generator, engine_factory=None
+             ) -> tuple[Timeline, Engine]:
+    """Move every request of ``table`` through the engine; returns when the last one ends, with the timeline and the
+    engine. ``engine_factory``: builds another engine than :class:`Engine` from (env, work, parallel, queue_limit,
+    timeout_s, timeline, done events), such as one whose steps serve every active sequence at once
+    (:mod:`sim.batching`, :mod:`sim.dense_serve`)."""
     n = len(table)
     nan = np.full(n, np.nan)
     tl = Timeline(nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(), [""] * n)
     env = simpy.Environment()
     closed = table.closed_loop
     done = [env.event() for _ in range(n)] if closed else None
-    if engine_factory is not None:
-        engine: Engine = engine_factory(env, work, parallel, queue_limit, timeout_s, tl, done)
-    elif batch_engine is not None:
-        from .batching import BatchEngine, BatchSteps
-
-        engine = BatchEngine(env, work, parallel, queue_limit, timeout_s, tl, done,
-                                     work.decode["steps"].astype(np.int64), BatchSteps(batch_engine, rng))
-    else:
-        engine = Engine(env, work, parallel, queue_limit, timeout_s, tl, done)
+    factory = engine_factory or Engine
+    engine: Engine = factory(env, work, parallel, queue_limit, timeout_s, tl, done)
 
     def send(i: int) -> None:
         tl.sent_s[i] = env.now
@@ -289,4 +283,4 @@ def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, 
     env.run()
     engine._account()
     tl.makespan_s = float(np.nanmax(tl.end_s) - np.nanmin(tl.sent_s)) if n else 0.0
-    return tl
+    return tl, engine

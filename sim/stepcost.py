@@ -147,9 +147,13 @@ class LayerTable:
 
     width: int  # missed counts 0 .. width - 1
     gpu: np.ndarray  # [resident]
-    on_cpu: np.ndarray  # [resident * width + missed] (int)
     reads: np.ndarray  # [resident * width + missed] (int)
     stall: np.ndarray  # [eager * cells + resident * width + missed]
+
+    @property
+    def cells(self) -> int:
+        """(resident, missed) pairs the table holds."""
+        return self.gpu.size * self.width
 
 
 @functools.lru_cache(maxsize=64)
@@ -161,8 +165,7 @@ def layer_table(p: StepParams, layers: int, resident_max: int, missed_max: int) 
     reads = m[None, :] - on_cpu
     wait = _read_wait_s(p, reads)
     stall = [np.maximum(wait - (gpu + add)[:, None], 0.0).ravel() for add in (0.0, p.graph_break_s / layers)]
-    return LayerTable(m.size, gpu, on_cpu.astype(np.int32).ravel(), reads.astype(np.int32).ravel(),
-                       np.concatenate(stall))
+    return LayerTable(m.size, gpu, reads.astype(np.int32).ravel(), np.concatenate(stall))
 
 
 def _step_times_tabulated(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: bool,
@@ -176,16 +179,25 @@ def _step_times_tabulated(resident: np.ndarray, missed: np.ndarray, p: StepParam
     cell *= tab.width
     cell += missed
     reads = np.take(tab.reads, cell, mode="clip", out=np.empty_like(cell))  # cell is in range: clip skips checks
-    step_reads = reads.sum(axis=1, dtype=np.int32)  # whole experts: exact
-    on_cpu = (missed.sum(axis=1, dtype=np.int32) - step_reads).astype(float)
-    step_reads = step_reads.astype(float)
-    in_eager, eager = eager_steps(p, step_reads, eager, starts)
     at = np.flatnonzero(reads)
-    stall = np.zeros(steps * layers)
-    stall[at] = tab.stall[cell.reshape(-1)[at] + in_eager[at // layers] * (tab.gpu.size * tab.width)]
     gpu = np.take(tab.gpu, resident, mode="clip", out=np.empty(resident.shape))
-    return StepTimes(gpu.sum(axis=1), stall.reshape(steps, layers).sum(axis=1),
-                     np.where(in_eager, p.graph_break_s, 0.0), np.full(steps, p.host_s), step_reads, on_cpu, eager)
+    return tabulated_step_times(p, tab, layers, gpu.sum(axis=1), reads.sum(axis=1, dtype=np.int32),
+                                missed.sum(axis=1, dtype=np.int32), at, cell.reshape(-1)[at], eager, starts)
+
+
+def tabulated_step_times(p: StepParams, tab: LayerTable, layers: int, compute_s: np.ndarray, step_reads: np.ndarray,
+                         step_missed: np.ndarray, at: np.ndarray, cells_at: np.ndarray, eager: bool,
+                         starts: np.ndarray | None) -> StepTimes:
+    """Step times from per-step totals (compute seconds; PCIe reads and missed experts, whole numbers) and the flat
+    [steps x layers] positions ``at`` of the layers that read, with their table cells: each step's eager state from
+    its reads, then the stalls of those layers alone, summed per step as the whole row would be."""
+    steps = compute_s.size
+    reads = step_reads.astype(float)
+    in_eager, eager = eager_steps(p, reads, eager, starts)
+    stall = np.zeros(steps * layers)
+    stall[at] = tab.stall[cells_at + in_eager[at // layers] * tab.cells]
+    return StepTimes(compute_s, stall.reshape(steps, layers).sum(axis=1), np.where(in_eager, p.graph_break_s, 0.0),
+                     np.full(steps, p.host_s), reads, (step_missed - step_reads).astype(float), eager)
 
 
 def tokens_per_step(drafts: int, acceptance, steps: int, rng: np.random.Generator) -> np.ndarray:

@@ -11,9 +11,9 @@ import time
 
 from common import ROOT, reference_loop_s  # puts the project on sys.path
 
-from sim.breakeven import breakeven
+from sim.config.scenario import load_scenario
+from sim.lab.breakeven import breakeven
 from sim.runner import run
-from sim.scenario import load_scenario
 
 SCENARIO = f"{ROOT}/scenarios/home_lab.yaml"
 

@@ -14,8 +14,8 @@ import time
 import numpy as np
 from common import ROOT, reference_loop_s  # puts the project on sys.path
 
-from sim.moe_serve import decode_request, serve, setup_engine
-from sim.scenario import load_scenario
+from sim.config.scenario import load_scenario
+from sim.moe.serve import decode_request, serve, setup_engine
 
 SCENARIO = f"{ROOT}/scenarios/gen3_5090.yaml"
 

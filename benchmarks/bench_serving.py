@@ -16,8 +16,8 @@ import time
 import numpy as np
 from common import ROOT, reference_loop_s  # puts the project on sys.path
 
-from sim.moe_serve import serve, serve_metrics
-from sim.scenario import load_scenario
+from sim.config.scenario import load_scenario
+from sim.moe.serve import serve, serve_metrics
 
 SCENARIO = f"{ROOT}/scenarios/azure_conv_5090.yaml"
 
@@ -30,8 +30,8 @@ def main() -> None:
     ref = min(reference_loop_s() for _ in range(3))
     print(f"reference loop: {ref * 1e3:.1f} ms")
     scn, _ = load_scenario(args.scenario, [f"serve.requests={args.requests}"])
-    import sim.moe_serve as ms
-    import sim.server as sv
+    import sim.moe.serve as ms
+    import sim.serving.queue as sv
 
     timings: dict[str, float] = {"work": 0.0, "events": 0.0}
 

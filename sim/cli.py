@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from .errors import ScenarioError, SimulationError
+from sim.core.errors import ScenarioError, SimulationError
 
 
 def _fail(message: str, code: int) -> None:
@@ -87,16 +87,16 @@ def main() -> None:
 def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, overrides: tuple[str, ...],
         uncertainty: int | None) -> None:
     """Simulate SCENARIO: each machine's load of the model, then every job's dispatch and run."""
-    from .output import atomic_write_text, dumps, write_outputs
-    from .report import run_text
-    from .runner import run as run_scenario
-    from .runner import summary, tables
-    from .scenario import load_scenario
+    from sim.config.scenario import load_scenario
+    from sim.core.output import atomic_write_text, dumps, write_outputs
+    from sim.report import run_text
+    from sim.runner import run as run_scenario
+    from sim.runner import summary, tables
 
     scn, _ = load_scenario(scenario, overrides)
     seed = scn.seed if seed is None else seed
     if uncertainty is not None:
-        from .uncertainty import run_with_uncertainty
+        from sim.calibration.uncertainty import run_with_uncertainty
 
         result = run_with_uncertainty(scenario, list(overrides), uncertainty, seed)
         if out_dir:
@@ -137,11 +137,11 @@ def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, ove
 def breakeven(scenario: str, model: str, machine_a: str, machine_b: str, seed: int | None, out_dir: str | None,
               as_json: bool, overrides: tuple[str, ...], uncertainty: int | None) -> None:
     """Token count where MACHINE_A and MACHINE_B break even for MODEL, by bisection over simulated jobs."""
-    from .breakeven import breakeven as find
-    from .breakeven import breakeven_with_uncertainty, metrics
-    from .output import dumps, write_outputs
-    from .report import breakeven_text
-    from .scenario import load_scenario
+    from sim.config.scenario import load_scenario
+    from sim.core.output import dumps, write_outputs
+    from sim.lab.breakeven import breakeven as find
+    from sim.lab.breakeven import breakeven_with_uncertainty, metrics
+    from sim.report import breakeven_text
 
     scn, _ = load_scenario(scenario, overrides)
     seed = scn.seed if seed is None else seed
@@ -181,8 +181,8 @@ def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None,
           uncertainty: int | None, overrides: tuple[str, ...], workers: int | None, dask_address: str | None,
           out_dir: str, quiet: bool) -> None:
     """Run TARGET (a scenario with --axis, or a sweep file under scenarios/sweeps/) at every point of its axes."""
-    from .sweep import DaskBackend, pool_backend, prepare_tasks, run_sweep, serial_backend
-    from .sweep_spec import build_plan
+    from sim.sweeps.run import DaskBackend, pool_backend, prepare_tasks, run_sweep, serial_backend
+    from sim.sweeps.spec import build_plan
 
     if workers is not None and dask_address is not None:
         raise click.UsageError("give --workers or --dask, not both")
@@ -231,8 +231,8 @@ def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None,
 def plot(folder: str, x: str | None, y: tuple[str, ...], hue: str | None, facet: str | None, preset: str | None,
          out_file: str) -> None:
     """Draw a sweep's results (FOLDER written by sim sweep --out): medians, 90% bands, measured points."""
-    from .plot_presets import draw
-    from .plotting import load_sweep, save
+    from sim.viz.plotting import load_sweep, save
+    from sim.viz.presets import draw
 
     sweep = load_sweep(folder)
     fig = draw(sweep, preset, x, list(y), hue, facet)
@@ -243,7 +243,7 @@ def plot(folder: str, x: str | None, y: tuple[str, ...], hue: str | None, facet:
 @main.command()
 def schema() -> None:
     """Print the JSON Schema of scenario files (for editor validation and completion)."""
-    from .scenario import json_schema
+    from sim.config.scenario import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2))
 
@@ -258,9 +258,9 @@ def schema() -> None:
 @user_errors
 def fit_loading(scenario: str, tables: tuple[str, ...], out_file: str | None, as_json: bool) -> None:
     """Fit disk bandwidths, loader costs and PCIe efficiency of SCENARIO's machines to measured load rates."""
-    from .calibration_file import calibration_yaml
-    from .fit_loading import fit, load_raw_for_fit
-    from .output import atomic_write_text, dumps
+    from sim.calibration.fit_loading import fit, load_raw_for_fit
+    from sim.calibration.loading_file import calibration_yaml
+    from sim.core.output import atomic_write_text, dumps
 
     raw = load_raw_for_fit(scenario)
     result = fit(raw, scenario, list(tables))
@@ -290,8 +290,8 @@ def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
     import csv
     import io
 
-    from .logs import ROW_FIELDS, log_sources, read_logs, summary_lines
-    from .output import dumps
+    from sim.calibration.logs import ROW_FIELDS, log_sources, read_logs, summary_lines
+    from sim.core.output import dumps
 
     table = read_logs(log_sources(files))
     if as_json:
@@ -328,9 +328,9 @@ def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
 def calibrate(scenario: str, logs: tuple[str, ...], tables: tuple[str, ...], overrides: tuple[str, ...], seed: int,
               max_evals: int, starts: int | None, out_file: str) -> None:
     """Fit SCENARIO's declared free parameters to measured tables, engine logs and request tables."""
-    from .calibrate import calibrate as run_calibrate
-    from .calibrate import calibration_yaml, outside, plot_residuals, report_markdown
-    from .output import atomic_write_text
+    from sim.calibration.calibrate import calibrate as run_calibrate
+    from sim.calibration.calibrate import calibration_yaml, outside, plot_residuals, report_markdown
+    from sim.core.output import atomic_write_text
 
     if not logs and not tables:
         raise click.UsageError("give at least one --log or --table")
@@ -381,9 +381,9 @@ def calibrate(scenario: str, logs: tuple[str, ...], tables: tuple[str, ...], ove
 def validate(root: str, groups: tuple[str, ...], as_json: bool) -> None:
     """Every shipped measured table against its scenario: measured, simulated, error, tolerance per cell. Exits 1
     when any claimed cell is outside its tolerance."""
-    from .output import dumps
-    from .validate import NOT_CHECKED
-    from .validate import validate as run_validate
+    from sim.calibration.validate import NOT_CHECKED
+    from sim.calibration.validate import validate as run_validate
+    from sim.core.output import dumps
 
     cells = run_validate(root, list(groups) or None)
     outside = [c for c in cells if c.status == "OUTSIDE"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from .hardware import link_info
-from .runner import RunResult
+from sim.lab.hardware import link_info
+from sim.runner import RunResult
 
 
 def _num(x: float, fmt: str = ".2f") -> str:

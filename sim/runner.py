@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .hardware import has_load_path, link_info
-from .labsim import JobRecord, run_jobs
-from .probes import ProbeReport, link_metrics, probe_machine, probe_metrics
-from .scenario import Scenario, is_dense_engine
+from sim.config.scenario import Scenario, is_dense_engine
+from sim.lab.hardware import has_load_path, link_info
+from sim.lab.labsim import JobRecord, run_jobs
+from sim.lab.probes import ProbeReport, link_metrics, probe_machine, probe_metrics
 
 if TYPE_CHECKING:  # the serving engines are imported by the runs that serve (a dispatch-only run does not pay for them)
-    from .dense_serve import DenseSetup
-    from .moe_serve import EngineSetup
-    from .served import ServedRequests
-    from .server import Timeline
+    from sim.dense.serve import DenseSetup
+    from sim.moe.serve import EngineSetup
+    from sim.serving.queue import Timeline
+    from sim.serving.served import ServedRequests
 
 
 @dataclass
@@ -51,12 +51,12 @@ def run(scn: Scenario, seed: int) -> RunResult:
     jobs = run_jobs(scn, rng)
     res = RunResult(scn, seed, probes, jobs)
     if scn.serve is not None and is_dense_engine(scn, scn.machines[scn.serve.machine].engine):
-        from .dense_serve import dense_metrics, serve_dense
+        from sim.dense.serve import dense_metrics, serve_dense
 
         res.engine, res.requests, res.timeline, stats = serve_dense(scn, np.random.default_rng([seed, 1]))
         res.serve_metrics = dense_metrics(res.engine, res.requests, res.timeline, stats)
     elif scn.serve is not None:  # its own random stream: adding a serve section leaves the jobs' draws unchanged
-        from .moe_serve import serve, serve_metrics, spill_buckets
+        from sim.moe.serve import serve, serve_metrics, spill_buckets
 
         res.engine, res.requests, res.timeline = serve(scn, np.random.default_rng([seed, 1]))
         res.serve_metrics = serve_metrics(res.engine, res.requests, res.timeline)
@@ -67,7 +67,7 @@ def run(scn: Scenario, seed: int) -> RunResult:
 
 def run_record(scn: Scenario, seed: int) -> dict:
     """What a sweep stores of one run: every metric, or why the scenario cannot be simulated at that point."""
-    from .errors import SimulationError
+    from sim.core.errors import SimulationError
 
     try:
         res = run(scn, seed)
@@ -156,7 +156,7 @@ def tables(res: RunResult) -> dict[str, Iterable[dict]]:
                           "measured": li.measured})
     out = {"loads": loads, "load_stages": stages, "links": links, "jobs": jobs, "estimates": estimates}
     if res.engine is not None:
-        from .moe_serve import request_rows
+        from sim.moe.serve import request_rows
 
         out["requests"] = request_rows(res.requests)
     if res.buckets:

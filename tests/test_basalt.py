@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from conftest import CALIBRATION, ROOT
 
-from sim.moe_serve import serve, setup_engine
-from sim.scenario import load_scenario
-from sim.tables import read_measured
+from sim.config.scenario import load_scenario
+from sim.core.tables import read_measured
+from sim.moe.serve import serve, setup_engine
 
 THREE = os.path.join(ROOT, "scenarios", "basalt_3gpu.yaml")
 TWO = os.path.join(ROOT, "scenarios", "basalt_2gpu_vision.yaml")
@@ -30,7 +30,7 @@ def quantity(rows: list[dict], name: str) -> str:
 def run(path: str, *sets: str, requests: int = 40, prompt: int = 26, output: int = 512,
         acceptance: float | None = None) -> dict:
     """Metrics of ``requests`` sequential requests of fixed lengths on a Basalt scenario (seed 11)."""
-    from sim.moe_serve import serve_metrics
+    from sim.moe.serve import serve_metrics
 
     over = ["serve.workload.kind=sequential", f"serve.requests={requests}", f"serve.prompt_tokens={prompt}",
             f"serve.output_tokens_min={output}", f"serve.output_tokens_max={output}", *sets]

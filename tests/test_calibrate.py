@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_moe_serve import moe_raw
 
-from sim.calibrate import Observation, calibrate, simulate
+from sim.calibration.calibrate import Observation, calibrate, simulate
 from sim.cli import main
-from sim.scenario import load_scenario
+from sim.config.scenario import load_scenario
 
 ENGINE = "machines.server.engine."
 
@@ -91,8 +91,8 @@ def test_calibrate_cli_writes_calibration_report_and_plot_and_uncertainty_sample
 
 
 def test_bad_calibration_inputs_are_one_line_errors(synthetic, tmp_path):
-    from sim.errors import ScenarioError
-    from sim.uncertainty import calibrated_parameters
+    from sim.calibration.uncertainty import calibrated_parameters
+    from sim.core.errors import ScenarioError
 
     folder, scenario, table = synthetic
     empty = tmp_path / "empty.csv"
@@ -168,7 +168,7 @@ def write_csv(path, header: str, rows: list[str]) -> str:
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory):
     """Tables 'measured' by simulating the engine with dense_s 4 ms, the map's own targets read back."""
-    from sim.targets import TargetBuilder, run_experiments, simulated
+    from sim.calibration.targets import TargetBuilder, run_experiments, simulated
 
     folder = tmp_path_factory.mktemp("tables")
     truth = table_scenario(folder, 4e-3)
@@ -189,7 +189,7 @@ def tables(tmp_path_factory):
 
 
 def read_calibrate_of(path):
-    from sim.scenario import read_calibrate
+    from sim.config.scenario import read_calibrate
 
     return read_calibrate(path)
 
@@ -216,7 +216,7 @@ def test_calibrate_recovers_a_parameter_from_tables_alone(tables):
 def test_the_calibration_being_written_is_left_out_while_fitting(tables, tmp_path):
     """--out names one of the scenario's calibrations: the fit must neither be filled by its values nor start from
     them."""
-    from sim.errors import ScenarioError
+    from sim.core.errors import ScenarioError
 
     folder, _, paths = tables
     stale = tmp_path / "fit.yaml"
@@ -247,7 +247,7 @@ def test_the_calibration_being_written_is_left_out_while_fitting(tables, tmp_pat
     ({"stages": [["nope"]]}, "calibrate.stages.0"),
 ])
 def test_table_map_mistakes_are_one_line_errors(tables, tmp_path, change, match):
-    from sim.errors import ScenarioError
+    from sim.core.errors import ScenarioError
 
     folder, _, paths = tables
     with pytest.raises(ScenarioError, match=match):
@@ -263,8 +263,8 @@ def test_a_missing_quantity_names_the_table_and_the_quantity(tables, tmp_path):
 
 
 def test_measured_values_read_numbers_ranges_and_runs():
-    from sim.errors import ScenarioError
-    from sim.targets import measured_values
+    from sim.calibration.targets import measured_values
+    from sim.core.errors import ScenarioError
 
     assert measured_values("140.6", "t", "k") == [140.6]
     assert measured_values("35-44", "t", "k") == [35.0, 44.0]
@@ -294,8 +294,8 @@ def test_standard_errors_follow_each_inputs_own_agreement_and_the_robust_weights
     down-weights, narrows the errors less than a plain least-squares count would say."""
     from types import SimpleNamespace
 
-    from sim.calibrate import standard_errors
-    from sim.targets import Target
+    from sim.calibration.calibrate import standard_errors
+    from sim.calibration.targets import Target
 
     def problem(groups: list[str]) -> SimpleNamespace:
         return SimpleNamespace(fit=[Target(f"c{i}", g, 1.0, "rate", 0.1, "m", ()) for i, g in enumerate(groups)])
@@ -319,8 +319,8 @@ def test_standard_errors_follow_each_inputs_own_agreement_and_the_robust_weights
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=30))
 def test_measured_values_either_read_finite_numbers_or_say_why_in_one_line(text):
-    from sim.errors import ScenarioError
-    from sim.targets import measured_values
+    from sim.calibration.targets import measured_values
+    from sim.core.errors import ScenarioError
 
     try:
         values = measured_values(text, "t.csv", "row 1.value")
@@ -333,7 +333,7 @@ def test_measured_values_either_read_finite_numbers_or_say_why_in_one_line(text)
 @settings(max_examples=100, deadline=None)
 @given(st.floats(0.001, 1e6), st.floats(0.001, 1e6))
 def test_measured_ranges_and_runs_read_back(a, b):
-    from sim.targets import measured_values
+    from sim.calibration.targets import measured_values
 
     lo, hi = sorted((a, b))
     assert measured_values(f"{lo!r}-{hi!r}", "t", "k") == [lo, hi]
@@ -345,9 +345,9 @@ def test_measured_ranges_and_runs_read_back(a, b):
                           *[st.sampled_from(["", "0", "5", "-1", "0.5", "x", "nan", "1e3", "up", "3-4"])] * 3),
                 max_size=4))
 def test_a_malformed_bucket_table_is_a_one_line_error(tmp_path_factory, rows):
-    from sim.errors import ScenarioError
-    from sim.scenario import Calibrate
-    from sim.targets import TargetBuilder
+    from sim.calibration.targets import TargetBuilder
+    from sim.config.scenario import Calibrate
+    from sim.core.errors import ScenarioError
 
     path = tmp_path_factory.mktemp("b") / "b.csv"
     path.write_text("bucket_by,low_pct,high_pct,decode_tok_s\n" + "\n".join(",".join(r) for r in rows) + "\n")
@@ -363,9 +363,9 @@ def test_a_malformed_bucket_table_is_a_one_line_error(tmp_path_factory, rows):
 def test_table_map_and_input_mistakes_found_before_any_fit(tables, tmp_path):
     """A bucket table without its high_pct column, a row_variant naming no row, a start outside its bounds, an
     --out that cannot be written: each a one-line error, found before the fit."""
-    from sim.errors import ScenarioError
-    from sim.scenario import read_calibrate
-    from sim.targets import TargetBuilder
+    from sim.calibration.targets import TargetBuilder
+    from sim.config.scenario import read_calibrate
+    from sim.core.errors import ScenarioError
 
     folder, _, paths = tables
     b = write_csv(tmp_path / "b.csv", "bucket_by,low_pct,decode_tok_s", ["hit_rate,90,100"])
@@ -388,7 +388,7 @@ def test_table_map_and_input_mistakes_found_before_any_fit(tables, tmp_path):
 
 
 def test_request_tables_may_name_the_hit_rate_as_requests_csv_does(tmp_path):
-    from sim.calibrate import observations
+    from sim.calibration.calibrate import observations
 
     t = write_csv(tmp_path / "r.csv", "prompt_tokens,output_tokens,hit_rate,decode_tok_s", ["100,50,0.9,120"])
     (o,) = observations([], [t])

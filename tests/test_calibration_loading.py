@@ -6,11 +6,11 @@ import pytest
 import yaml
 from conftest import CALIBRATION, HOME_LAB
 
-from sim.fit_loading import fit, load_raw_for_fit
-from sim.probes import probe_machine
-from sim.scenario import load_scenario
-from sim.tables import read_measured
-from sim.units import GB, GIB
+from sim.calibration.fit_loading import fit, load_raw_for_fit
+from sim.config.scenario import load_scenario
+from sim.core.tables import read_measured
+from sim.core.units import GB, GIB
+from sim.lab.probes import probe_machine
 
 TABLES = [os.path.join(CALIBRATION, "loading_stages.csv"), os.path.join(CALIBRATION, "loading_mac_sample.csv")]
 
@@ -63,7 +63,7 @@ def test_fitted_efficiency_predicts_unseen_links():
     gen1, _ = load_scenario(HOME_LAB, [f"machines.mining_box.gpus.card{i}.negotiated_gen=1" for i in range(3)])
     rep = probe_machine(gen1, "mining_box", "9B")
     assert rep.link.gbps == pytest.approx(0.85, rel=0.02)
-    from sim.units import pcie_paper_gbps
+    from sim.core.units import pcie_paper_gbps
 
     eff = gen1.pcie.efficiency
     assert pcie_paper_gbps(4, 4) * eff == pytest.approx(6.0 * GIB / GB, rel=0.05)

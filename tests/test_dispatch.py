@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from conftest import HOME_LAB, tiny_scenario
 
-from sim.breakeven import breakeven
-from sim.dispatch import Estimate, decide, linear_region, relative_gap
-from sim.labsim import run_jobs
-from sim.scenario import TieBreak, load_scenario, validate
-from sim.units import GB, GIB
+from sim.config.scenario import TieBreak, load_scenario, validate
+from sim.core.units import GB, GIB
+from sim.lab.breakeven import breakeven
+from sim.lab.dispatch import Estimate, decide, linear_region, relative_gap
+from sim.lab.labsim import run_jobs
 
 
 def test_decide_clear_win_and_tie_rules():
@@ -166,7 +166,7 @@ def test_breakeven_gives_each_machine_its_own_random_stream(home_lab):
 
 
 def test_breakeven_rejects_bad_names(home_lab):
-    from sim.errors import ScenarioError
+    from sim.core.errors import ScenarioError
 
     with pytest.raises(ScenarioError, match="did you mean 'mining_box'"):
         breakeven(home_lab, "9B", "mining_bx", "rtx4090_box", 0)
@@ -260,7 +260,7 @@ def test_machines_naming_one_disk_share_it():
 
 
 def test_resident_model_that_cannot_fit_is_an_error():
-    from sim.errors import SimulationError
+    from sim.core.errors import SimulationError
 
     raw = tiny_scenario()
     raw["gpus"]["card"]["vram_gib"] = 6
@@ -312,7 +312,7 @@ def test_the_decode_scatter_in_the_home_lab_is_the_pooled_scatter_of_the_measure
 
     from conftest import CALIBRATION
 
-    from sim.tables import read_measured
+    from sim.core.tables import read_measured
 
     triples = []
     for name, key, rows in (("basalt_peer_reserve.csv", "peer_reserve_mib", ("1536", "2048")),
@@ -329,7 +329,7 @@ def test_the_decode_scatter_in_the_home_lab_is_the_pooled_scatter_of_the_measure
 
 
 def test_breakeven_uncertainty_shows_how_unsure_the_break_even_is():
-    from sim.breakeven import breakeven_with_uncertainty
+    from sim.lab.breakeven import breakeven_with_uncertainty
 
     u = breakeven_with_uncertainty(HOME_LAB, [], "9B", "mining_box", "rtx4090_box", 60, 0)
     be = u["breakeven_tokens"]

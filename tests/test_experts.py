@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.expert_cache import (
+from sim.moe.expert_cache import (
     auto_slots,
     che_hit_rate,
     lfu_hits,
@@ -13,7 +13,7 @@ from sim.expert_cache import (
     static_cache,
     static_hit_rate,
 )
-from sim.routing import AliasTables, RequestRouter, RoutingLaw, layer_popularity, zipf_weights
+from sim.moe.routing import AliasTables, RequestRouter, RoutingLaw, layer_popularity, zipf_weights
 
 
 def router(law, seed=0, popularity_seed=0):
@@ -136,7 +136,7 @@ def test_drift_concentration_spreads_requests_around_the_mean_weight():
 
 
 def test_a_skewed_request_samples_its_own_law():
-    from sim.routing import request_popularity
+    from sim.moe.routing import request_popularity
 
     law = RoutingLaw(layers=4, experts=64, top_k=4, exponent=1.0, exponent_spread=0.3)
     pop = layer_popularity(law, np.random.default_rng(0))
@@ -154,7 +154,7 @@ def test_skew_spread_spreads_request_hit_rates_both_ways():
     mask = static_cache(pop, 8 * 128 // 4)
     base = static_hit_rate(mask, pop)
     rng, tables = np.random.default_rng(2), AliasTables.build(pop)
-    from sim.routing import request_popularity
+    from sim.moe.routing import request_popularity
 
     skews = [RequestRouter.start(law, tables, rng, pop).skew for _ in range(40)]
     rates = [static_hit_rate(mask, request_popularity(pop, g)) for g in skews]
@@ -164,7 +164,7 @@ def test_skew_spread_spreads_request_hit_rates_both_ways():
 @given(st.integers(1, 6), st.integers(2, 40), st.integers(0, 300), st.lists(st.integers(0, 80), max_size=3),
        st.one_of(st.none(), st.integers(0, 200)), st.integers(0, 1000))
 def test_tier_placement_is_hottest_first_and_fills_each_tier(layers, experts, slots, peer_slots, host_slots, seed):
-    from sim.expert_cache import home_tiers
+    from sim.moe.expert_cache import home_tiers
 
     profile = np.random.default_rng(seed).random((layers, experts))
     total = layers * experts

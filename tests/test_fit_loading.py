@@ -6,8 +6,8 @@ import pytest
 import yaml
 from conftest import CALIBRATION, HOME_LAB
 
-from sim.errors import ScenarioError
-from sim.fit_loading import fit, load_raw_for_fit
+from sim.calibration.fit_loading import fit, load_raw_for_fit
+from sim.core.errors import ScenarioError
 
 STAGES = os.path.join(CALIBRATION, "loading_stages.csv")
 
@@ -68,8 +68,8 @@ def test_a_shared_disk_is_one_parameter(tmp_path):
 
 def test_pipelined_fit_matches_pipelined_simulation(tmp_path):
     """The fit models loads with the scenario's composition and buffers, so the simulation reproduces the table."""
-    from sim.probes import probe_machine
-    from sim.scenario import set_dotted, validate
+    from sim.config.scenario import set_dotted, validate
+    from sim.lab.probes import probe_machine
 
     raw = load_raw_for_fit(HOME_LAB)
     raw["loading"] = {"composition": "pipelined", "chunk_mib": 256, "buffer_chunks": 1}
@@ -84,7 +84,7 @@ def test_pipelined_fit_matches_pipelined_simulation(tmp_path):
 
 
 def test_calibration_yaml_round_trips(tmp_path):
-    from sim.calibration_file import calibration_yaml
+    from sim.calibration.loading_file import calibration_yaml
 
     result = fit(load_raw_for_fit(HOME_LAB), HOME_LAB, [STAGES])
     text = calibration_yaml(result, HOME_LAB, [STAGES], str(tmp_path / "c.yaml"))

@@ -9,7 +9,7 @@ from conftest import CALIBRATION
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.logs import ROW_FIELDS, read_logs
+from sim.calibration.logs import ROW_FIELDS, read_logs
 
 
 def parse(*lines: str):

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from conftest import tiny_scenario
 
-from sim.moe_serve import serve, serve_metrics, setup_engine
-from sim.scenario import set_dotted, validate
-from sim.stepcost import StepParams, expected_tokens_per_step, step_times, tokens_per_step
+from sim.config.scenario import set_dotted, validate
+from sim.moe.serve import serve, serve_metrics, setup_engine
+from sim.moe.stepcost import StepParams, expected_tokens_per_step, step_times, tokens_per_step
 
 P = StepParams(dense_s=4.8e-3, gpu_expert_s=2e-6, cpu_expert_s=20e-6, pcie_latency_s=50e-6, graph_break_s=2e-3,
                host_s=0.0, link_gbps=13.9, expert_bytes=1.382e6)
@@ -82,7 +82,7 @@ def test_engine_sizes_its_cache_from_free_vram():
 
 
 def test_served_hit_rate_matches_the_cached_mass_and_telemetry_adds_up():
-    from sim.expert_cache import static_hit_rate
+    from sim.moe.expert_cache import static_hit_rate
 
     eng, recs, _ = serve(moe_scenario(), np.random.default_rng(0))
     m = serve_metrics(eng, recs)
@@ -134,7 +134,7 @@ def test_sticky_mode_carries_across_step_chunks():
 
 
 def test_count_sampler_has_the_binomial_mean_and_variance():
-    from sim.expert_counts import CountSampler
+    from sim.moe.expert_counts import CountSampler
 
     mean, var = np.array([3.0, 5.5, 0.2, 0.0, 40.0]), np.array([2.0, 3.0, 0.19, 0.0, 39.0])
     x = CountSampler.build(mean, var).sample(200_000, np.random.default_rng(1))
@@ -170,7 +170,7 @@ def test_tokens_per_step_counts_the_leading_accepted_drafts():
 
 def test_count_sampler_draws_are_the_exact_inverse_cdf():
     """The tabulated fast path gives exactly the searched inverse of every draw."""
-    from sim.expert_counts import CountSampler
+    from sim.moe.expert_counts import CountSampler
 
     mean, var = np.array([3.0, 5.5, 0.2, 0.0, 40.0, 12.0]), np.array([2.0, 3.0, 0.19, 0.0, 39.0, 4.0])
     fast = CountSampler.build(mean, var)
@@ -179,8 +179,8 @@ def test_count_sampler_draws_are_the_exact_inverse_cdf():
 
 
 def test_step_law_hit_rate_is_the_cached_mass():
-    from sim.expert_cache import static_hit_rate
-    from sim.expert_counts import step_law
+    from sim.moe.expert_cache import static_hit_rate
+    from sim.moe.expert_counts import step_law
 
     eng = setup_engine(moe_scenario(), "server")
     law = step_law(eng.popularity, eng.resident, None, 0.0, 10.0)
@@ -243,7 +243,7 @@ def test_slower_tiers_cost_more():
 
 
 def test_engine_tiers_are_validated():
-    from sim.errors import ScenarioError
+    from sim.core.errors import ScenarioError
 
     with pytest.raises(ScenarioError, match="peers.g9"):
         moe_scenario(machines__server__engine__peers={"g9": {"expert_s": 1e-6, "latency_s": 0}})
@@ -252,7 +252,7 @@ def test_engine_tiers_are_validated():
 
 
 def test_engine_overhead_from_dense_weights_kv_and_runtime():
-    from sim.errors import ScenarioError
+    from sim.core.errors import ScenarioError
 
     scn = moe_scenario(machines__server__engine__overhead_gib=None, models__moe__moe__dense_gib=0.1,
                        models__moe__moe__kv_kib_per_token=64, machines__server__engine__context_tokens=1024,
@@ -269,8 +269,8 @@ def test_engine_overhead_from_dense_weights_kv_and_runtime():
 
 def test_step_law_of_a_skewed_request_with_a_hot_set():
     """Hit probability and expected distinct experts against a direct computation of the request's own law."""
-    from sim.expert_counts import step_law
-    from sim.routing import request_popularity
+    from sim.moe.expert_counts import step_law
+    from sim.moe.routing import request_popularity
 
     eng = setup_engine(moe_scenario(), "server")
     hot = np.array([[layer * 64 + e for e in (1, 5, 9)] for layer in range(8)])
@@ -296,7 +296,7 @@ def test_counts_fidelity_agrees_with_every_lookup_across_tiers():
 
 
 def test_peer_copies_are_capped_and_negative_slots_rejected():
-    from sim.errors import ScenarioError
+    from sim.core.errors import ScenarioError
 
     eng = setup_engine(tiered_scenario(machines__server__engine__peers__g1__slots=10_000), "server")
     assert eng.peer_slots == (512 - 312,)  # only the experts the VRAM cache does not hold
@@ -307,14 +307,14 @@ def test_peer_copies_are_capped_and_negative_slots_rejected():
 
 
 def test_an_engine_larger_than_its_card_cannot_start():
-    from sim.errors import SimulationError
+    from sim.core.errors import SimulationError
 
     with pytest.raises(SimulationError, match="does not fit"):
         setup_engine(moe_scenario(machines__server__engine__overhead_gib=1.0), "server")
 
 
 def test_steps_needed_do_not_depend_on_the_block_size(monkeypatch):
-    from sim import decode_batch
+    from sim.moe import decode_batch
 
     rng = np.random.default_rng(0)
     tokens, acceptance = rng.integers(1, 3000, 4000), rng.random(4000)
@@ -328,9 +328,9 @@ def test_steps_needed_do_not_depend_on_the_block_size(monkeypatch):
 def test_fused_step_times_are_the_sampled_ones_bit_for_bit(monkeypatch):
     """The cache-blocked path draws the same uniforms (two offsets of one PCG64 stream) and leaves the stream where
     sampling whole arrays leaves it, a buffered 32-bit half included."""
-    from sim import decode_batch
-    from sim.decode_batch import TierSampler, engine_step_law, fusable, fused_step_times
-    from sim.expert_counts import draws_per_step
+    from sim.moe import decode_batch
+    from sim.moe.decode_batch import TierSampler, engine_step_law, fusable, fused_step_times
+    from sim.moe.expert_counts import draws_per_step
 
     eng = setup_engine(moe_scenario(), "server")  # 312 of 512 experts cached: misses, some read over PCIe
     lw = TierSampler.build(engine_step_law(eng, eng.popularity, draws_per_step(eng.moe.top_k, 5, 0.0)))

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.pagecache import PageCache
+from sim.lab.pagecache import PageCache
 
 
 def test_read_refreshes_recency():

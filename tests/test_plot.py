@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 from sim.cli import main
-from sim.sweep import run_sweep
-from sim.sweep_spec import build_plan
+from sim.sweeps.run import run_sweep
+from sim.sweeps.spec import build_plan
 
 SWEEPS = os.path.join(ROOT, "scenarios", "sweeps")
 FAST = ["serve.requests=12", "serve.output_tokens_min=20", "serve.output_tokens_max=40"]
@@ -90,9 +90,9 @@ def test_dispatch_break_even_is_the_closed_form(sweeps):
     """Estimates are linear in tokens, so where the two lines cross between sweep points is the break-even."""
     import pandas as pd
 
-    from sim.breakeven import breakeven
-    from sim.plot_presets import _crossing
-    from sim.scenario import load_scenario
+    from sim.config.scenario import load_scenario
+    from sim.lab.breakeven import breakeven
+    from sim.viz.presets import _crossing
 
     frame = pd.read_parquet(os.path.join(sweeps["home_lab_job_length.yaml"], "results.parquet"))
     sub = frame[frame["draw"] == 0].sort_values("tokens")
@@ -136,7 +136,7 @@ def test_an_axis_not_drawn_is_not_pooled_into_a_band(sweeps, tmp_path):
 
 
 def test_measured_points_only_where_they_belong(sweeps):
-    from sim.plotting import load_sweep, overlay_fits
+    from sim.viz.plotting import load_sweep, overlay_fits
 
     points = load_sweep(sweeps["concurrency_slots.yaml"]).manifest["measured"]
     p = points[0]

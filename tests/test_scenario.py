@@ -8,9 +8,9 @@ from conftest import HOME_LAB, tiny_scenario
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.errors import ScenarioError
-from sim.output import atomic_write_text
-from sim.scenario import load_scenario, parse_set, set_dotted, validate
+from sim.config.scenario import load_scenario, parse_set, set_dotted, validate
+from sim.core.errors import ScenarioError
+from sim.core.output import atomic_write_text
 
 keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max_size=8).filter(
     lambda k: not k.isdigit())
@@ -181,7 +181,7 @@ def test_numbers_are_read_as_text_where_text_is_expected():
 
 
 def test_schema_does_not_require_calibrated_values():
-    from sim.scenario import json_schema
+    from sim.config.scenario import json_schema
 
     defs = json_schema()["$defs"]
     assert "read_gbps" not in defs["Disk"].get("required", [])
@@ -227,8 +227,8 @@ def test_unattributable_error_mentions_the_overrides():
 def test_resident_models_that_do_not_fit_together():
     import numpy as np
 
-    from sim.errors import SimulationError
-    from sim.labsim import run_jobs
+    from sim.core.errors import SimulationError
+    from sim.lab.labsim import run_jobs
 
     scn, _ = load_scenario(HOME_LAB, ["models.9C.weights_gib=20", "machines.rtx4090_box.resident_models=[9B, 9C]",
                                       "dispatch.isolation=shared", "jobs.long_resident.resident_on=null"])

@@ -9,7 +9,7 @@ import pytest
 from conftest import CALIBRATION, ROOT
 from test_moe_serve import moe_scenario
 
-from sim.moe_serve import serve, serve_metrics
+from sim.moe.serve import serve, serve_metrics
 
 
 def queue_scenario(rho: float, law: str, requests: int, **over):
@@ -39,7 +39,7 @@ def test_mean_queue_wait_matches_m_m_1_and_m_d_1(law, rho):
 
 
 def concurrency_scenario(clients: int):
-    from sim.scenario import load_scenario
+    from sim.config.scenario import load_scenario
 
     path = os.path.join(ROOT, "scenarios", "gen3_5090_concurrency.yaml")
     return load_scenario(path, [f"serve.workload.clients={clients}"])[0]
@@ -47,7 +47,7 @@ def concurrency_scenario(clients: int):
 
 @pytest.fixture(scope="module")
 def concurrency_measured():
-    from sim.tables import read_measured
+    from sim.core.tables import read_measured
 
     _, rows = read_measured(os.path.join(CALIBRATION, "strata_concurrency.csv"))
     return {int(r["clients"]): {k: float(v) for k, v in r.items()} for r in rows}
@@ -105,7 +105,7 @@ def test_admission_rejects_when_the_queue_is_full_and_cancels_on_timeout():
 
 def test_strata_engine_queues_32_clients_without_bound():
     """strata_overload.md: at 32 concurrent clients every request queued and finished (no admission control)."""
-    from sim.scenario import load_scenario
+    from sim.config.scenario import load_scenario
 
     path = os.path.join(ROOT, "scenarios", "gen3_5090_concurrency.yaml")
     scn = load_scenario(path, ["serve.workload.clients=32", "serve.workload.runs=1", "serve.requests=96"])[0]
@@ -188,8 +188,8 @@ def test_cli_json_has_the_serving_contract():
 def test_continuous_batching_serves_the_union_of_experts():
     """One step serves every decoding sequence: aggregate throughput grows with the batch, each sequence slows, and
     a batch step touches the distinct experts of k sequences' draws (the union law), not k times one step's."""
-    from sim.batching import BatchSteps
-    from sim.expert_counts import draws_per_step, step_law
+    from sim.moe.batching import BatchSteps
+    from sim.moe.expert_counts import draws_per_step, step_law
 
     busy = {"serve__workload__kind": "closed", "serve__workload__clients": 8,
             "machines__server__engine__batching": True}
@@ -218,7 +218,7 @@ def test_continuous_batching_serves_the_union_of_experts():
 
 
 def test_more_clients_than_a_run_has_requests_is_an_error():
-    from sim.errors import ScenarioError
+    from sim.core.errors import ScenarioError
 
     with pytest.raises(ScenarioError, match="serve.workload.clients"):
         load_scenario_small(serve__workload__kind="closed", serve__workload__clients=40, serve__requests=60,
@@ -237,8 +237,8 @@ def test_batching_keeps_the_tier_telemetry_of_the_plain_engine():
 
 def test_decode_of_a_long_request_does_not_depend_on_what_comes_before_it():
     """A request longer than one sampling batch is decoded in pieces (eager state carried), wherever it sits."""
-    import sim.decode_batch as db
-    from sim.moe_serve import setup_engine
+    import sim.moe.decode_batch as db
+    from sim.moe.serve import setup_engine
 
     eng = setup_engine(load_scenario_small(), "server")
     old = db.MAX_CELLS

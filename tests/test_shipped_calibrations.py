@@ -13,8 +13,8 @@ import pytest
 import yaml
 from conftest import CALIBRATION, ROOT
 
-from sim.calibrate import Problem, build_problem, held_sets, jacobian, standard_errors
-from sim.scenario import read_calibrate
+from sim.calibration.calibrate import Problem, build_problem, held_sets, jacobian, standard_errors
+from sim.config.scenario import read_calibrate
 
 FILES = ("strata_moe.yaml", "basalt_moe.yaml")
 

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import CALIBRATION, ROOT
 
+from sim.calibration.targets import TargetBuilder
 from sim.cli import main
-from sim.moe_serve import serve, serve_metrics, setup_engine, spill_buckets
-from sim.scenario import load_scenario, read_calibrate
-from sim.targets import TargetBuilder
+from sim.config.scenario import load_scenario, read_calibrate
+from sim.moe.serve import serve, serve_metrics, setup_engine, spill_buckets
 
 GEN3 = os.path.join(ROOT, "scenarios", "gen3_5090.yaml")
 ROUND2 = "machines.strata_box.gpus.gpu0.reserved_gib=0"

@@ -18,9 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.cli import main
-from sim.errors import ScenarioError
-from sim.sweep import Store, pool_backend, prepare_tasks, run_key, run_sweep, serial_backend
-from sim.sweep_spec import build_plan, expand_range, parse_values
+from sim.core.errors import ScenarioError
+from sim.sweeps.run import Store, pool_backend, prepare_tasks, run_key, run_sweep, serial_backend
+from sim.sweeps.spec import build_plan, expand_range, parse_values
 
 GEN3 = os.path.join(ROOT, "scenarios", "gen3_5090.yaml")
 SWEEPS = os.path.join(ROOT, "scenarios", "sweeps")
@@ -112,7 +112,7 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, args, words):
 # --- keys: what makes a stored row stale ------------------------------------------------------------------------
 
 def test_keys_follow_the_resolved_scenario(tmp_path):
-    from sim.scenario import load_scenario
+    from sim.config.scenario import load_scenario
 
     _, a = load_scenario(GEN3, FAST)
     _, same = load_scenario(GEN3, [*FAST, "description=another text"])
@@ -189,7 +189,7 @@ def test_one_worker_two_workers_and_dask_give_identical_tables(tmp_path):
     distributed = pytest.importorskip("distributed")
     one = run_sweep(gen3_plan(seeds=2), str(tmp_path / "one"), 3, backend=serial_backend, quiet=True)
     two = run_sweep(gen3_plan(seeds=2), str(tmp_path / "two"), 3, backend=pool_backend(2), quiet=True)
-    from sim.sweep import DaskBackend
+    from sim.sweeps.run import DaskBackend
 
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
         dask = run_sweep(gen3_plan(seeds=2), str(tmp_path / "dask"), 3, backend=DaskBackend(c.scheduler_address),
@@ -264,8 +264,8 @@ def test_rows_hold_axes_seed_and_every_metric(tmp_path):
     assert list(frame.columns[:5]) == ["point", "machines.strata_box.gpus.gpu0.reserved_gib",
                                        "machines.strata_box.engine.policy", "seed", "key"]
     assert len(frame) == 12 and {"decode_tok_s", "expert_hit_rate", "ttft_mean_s"} <= set(frame.columns)
+    from sim.config.scenario import load_scenario
     from sim.runner import run
-    from sim.scenario import load_scenario
 
     t = res.tasks[7]
     direct = run(load_scenario(GEN3, [*FAST, *gen3_plan().point_sets[t.point]])[0], t.seed).metrics
@@ -286,7 +286,7 @@ def test_points_that_cannot_run_are_rows_with_a_reason(tmp_path):
 
 
 def test_uncertainty_draws_are_common_to_every_point(tmp_path):
-    from sim.uncertainty import run_with_uncertainty
+    from sim.calibration.uncertainty import run_with_uncertainty
 
     plan = build_plan(HOME_LAB, ["jobs.long_with_load.tokens=5000,50000"], False, None, 6, [])
     run_sweep(plan, str(tmp_path / "o"), 0, quiet=True)
@@ -296,7 +296,7 @@ def test_uncertainty_draws_are_common_to_every_point(tmp_path):
     param = "param.machines.mining_box.decode_tok_s.9B"
     assert list(frame[param][:6]) == list(frame[param][6:]) and frame[param].nunique() == 6
     # a point of the sweep is `sim run --uncertainty N` of that point: the same draws and seeds, so the same median
-    from sim.uncertainty import interval
+    from sim.calibration.uncertainty import interval
 
     ref = run_with_uncertainty(HOME_LAB, ["jobs.long_with_load.tokens=50000"], 6, 0)
     col = "job.long_with_load.completed_s"
@@ -304,7 +304,7 @@ def test_uncertainty_draws_are_common_to_every_point(tmp_path):
 
 
 def test_shipped_sweeps_parse_and_their_measured_points_resolve():
-    from sim.overlays import resolve_overlays
+    from sim.sweeps.overlays import resolve_overlays
 
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     names = sorted(f for f in os.listdir(SWEEPS) if f.endswith(".yaml"))
@@ -365,7 +365,7 @@ def test_a_changed_calibration_file_reuses_no_row(tmp_path):
 
 
 def test_a_lost_worker_saves_what_is_done_and_says_so(tmp_path):
-    from sim.sweep import BackendFailure
+    from sim.sweeps.run import BackendFailure
 
     def dies_after_two(tasks):
         for i, item in enumerate(serial_backend(tasks)):
@@ -393,7 +393,7 @@ def test_bad_dask_addresses_are_one_line(tmp_path, address, words):
 def test_progress_reports_rate_and_eta():
     import io
 
-    from sim.sweep import Progress
+    from sim.sweeps.run import Progress
 
     buf = io.StringIO()
     p = Progress(10, 4, False, stream=buf)

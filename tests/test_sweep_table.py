@@ -16,9 +16,9 @@ from conftest import HOME_LAB, ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.sweep import results_columns, results_frame
-from sim.sweep_spec import Axis
-from sim.sweep_table import csv_text, write_parquet
+from sim.sweeps.run import results_columns, results_frame
+from sim.sweeps.spec import Axis
+from sim.sweeps.table import csv_text, write_parquet
 
 
 def _axis(name, values):

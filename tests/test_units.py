@@ -1,6 +1,6 @@
 import pytest
 
-from sim.units import GB, GIB, PCIE_LANE_COUNTS, pcie_paper_gbps
+from sim.core.units import GB, GIB, PCIE_LANE_COUNTS, pcie_paper_gbps
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import json
 from click.testing import CliRunner
 from conftest import ROOT
 
+from sim.calibration.validate import Cell
 from sim.cli import main
-from sim.validate import Cell
 
 
 def test_every_shipped_table_is_within_its_tolerance():

@@ -10,9 +10,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_moe_serve import moe_scenario
 
-from sim.errors import ScenarioError
-from sim.scenario import Serve
-from sim.workload import RequestTable, agent_contexts, build_table, read_trace
+from sim.config.scenario import Serve
+from sim.core.errors import ScenarioError
+from sim.serving.workload import RequestTable, agent_contexts, build_table, read_trace
 
 AZURE = "arrived_at,num_prefill_tokens,num_decode_tokens"
 OURS = "arrival_s,prompt_tokens,cached_tokens,output_tokens,acceptance"

@@ -1,0 +1,176 @@
+"""Fit load-stage parameters to measured cold / hot / link load rates.
+
+Free parameters (all physical):
+- ``pcie.efficiency`` (fraction of paper PCIe bandwidth a copy delivers), shared by every PCIe machine, when a link
+  rate was measured;
+- per machine ``disks.<disk>.read_gbps`` (GB/s; once per disk, machines may share one) and
+  ``machines.<m>.loader.s_per_gb`` (s per GB).
+A parameter the scenario file itself sets is held fixed at that value (the scenario would override a fitted one).
+
+The model is the loading mechanism itself (:mod:`sim.loading`, with the scenario's composition, buffers, chunking,
+latencies and per-tensor costs). Residuals are relative errors of predicted load seconds for each measured rate,
+fitted by scipy's least_squares (soft-L1 loss). Standard errors come from the Jacobian; a parameter is reported as
+exactly determined when every observation it depends on has leverage 1 (the data fix it with no check left).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from sim.config.scenario import Scenario, get_dotted, read_yaml, set_dotted, validate
+from sim.core.errors import ScenarioError
+from sim.core.tables import number, read_measured
+from sim.core.units import GB, GIB, MIB
+from sim.lab import loading
+from sim.lab.hardware import memory_targets, stage_costs
+
+START = {"pcie.efficiency": 0.8, "read_gbps": 2.0, "s_per_gb": 0.1}
+
+
+@dataclass(frozen=True)
+class Observation:
+    machine: str
+    quantity: str  # cold_gbps | hot_gbps | link_gbps
+    measured_gbps: float
+    file_gb: float
+    source: str
+
+
+def read_observations(paths: list[str], scn: Scenario) -> list[Observation]:
+    obs: list[Observation] = []
+    for path in paths:
+        _, rows = read_measured(path)
+        missing = [c for c in ("machine", "cold_gbps", "hot_gbps") if rows and c not in rows[0]]
+        if missing or not rows:
+            raise ScenarioError(path, "", f"expected columns machine, cold_gbps, hot_gbps (and optionally link_gbps, "
+                                f"file_gb) with at least one row; missing {missing or 'rows'}")
+        for i, row in enumerate(rows, start=1):
+            name = (row.get("machine") or "").strip()
+            if name not in scn.machines:
+                raise ScenarioError(path, f"row {i}.machine", f"bad value {name!r}: expected a machine of the scenario "
+                                    f"({sorted(scn.machines)})")
+            file_gb = number(row, "file_gb", path, i, required=False)
+            if file_gb is None:
+                model = scn.report.load_model
+                if model is None:
+                    raise ScenarioError(path, f"row {i}.file_gb", "blank: expected the file size, or report.load_model "
+                                        "in the scenario to use its weights")
+                file_gb = scn.models[model].weights_gib * GIB / GB
+            for q in ("cold_gbps", "hot_gbps", "link_gbps"):
+                v = number(row, q, path, i, required=False)
+                if v is None:
+                    continue
+                if q == "link_gbps" and scn.machines[name].kind != "discrete":
+                    raise ScenarioError(path, f"row {i}.link_gbps", f"{name} has unified memory: no PCIe link")
+                obs.append(Observation(name, q, v, file_gb, path))
+    if not obs:
+        raise ScenarioError(", ".join(paths), "", "no measured rates: expected cold_gbps, hot_gbps or link_gbps values")
+    return obs
+
+
+def _predict_s(scn: Scenario, ob: Observation) -> float:
+    m = scn.machines[ob.machine]
+    targets = memory_targets(scn, m)
+    cap = [t.capacity_bytes for t in targets]
+    plan = loading.plan_chunks("fit", ob.file_gb * GB, 0, scn.loading.chunk_mib * MIB, targets, cap)
+    costs = stage_costs(scn, m)
+    if ob.quantity == "link_gbps":
+        costs = replace(costs, loader_s_per_gb=0.0, loader_s_per_tensor=0.0)
+    cached = np.full(plan.n, ob.quantity != "cold_gbps")
+    times = loading.stage_times(plan, costs, cached)
+    return loading.load_time(times, scn.loading.composition, scn.loading.buffer_chunks)
+
+
+@dataclass
+class FitResult:
+    parameters: dict[str, float]
+    standard_errors: dict[str, float]  # only for parameters the data over-determine
+    exactly_determined: list[str]  # parameters the data fix with no check left: no error estimate
+    held_fixed: dict[str, float]  # set by the scenario file itself, not fitted
+    residuals: list[dict]
+    dof: int
+
+
+def _free_parameters(raw: dict, scn: Scenario, obs: list[Observation]) -> tuple[list[str], dict[str, float]]:
+    names = sorted({o.machine for o in obs})
+    candidates: list[str] = []
+    if any(o.quantity == "link_gbps" for o in obs):
+        candidates.append("pcie.efficiency")
+    for n in names:
+        candidates += [f"disks.{scn.machines[n].disk}.read_gbps", f"machines.{n}.loader.s_per_gb"]
+    candidates = list(dict.fromkeys(candidates))  # a disk shared by two machines is one parameter
+    fixed = {p: float(get_dotted(raw, p)[1]) for p in candidates if get_dotted(raw, p)[0]}
+    return [p for p in candidates if p not in fixed], fixed
+
+
+def fit(raw: dict, source: str, table_paths: list[str]) -> FitResult:
+    """Fit the load parameters of the machines in the tables; ``raw`` is the scenario without its calibrations."""
+    from scipy.optimize import least_squares
+
+    start = copy.deepcopy(raw)
+    for d in (start.get("disks") or {}).values():
+        if isinstance(d, dict):
+            d.setdefault("read_gbps", START["read_gbps"])
+    for m in (start.get("machines") or {}).values():
+        if isinstance(m, dict) and isinstance(m.setdefault("loader", {}), dict):
+            m["loader"].setdefault("s_per_gb", START["s_per_gb"])
+    base = validate(start, source)
+    obs = read_observations(table_paths, base)
+    paths, fixed = _free_parameters(raw, base, obs)
+    dof = len(obs) - len(paths)
+    if not paths:
+        raise ScenarioError(source, "", "every parameter the tables measure is set in the scenario: nothing to fit")
+    if dof < 0:
+        raise ScenarioError(", ".join(table_paths), "", f"{len(obs)} measured rates cannot determine {len(paths)} "
+                            f"parameters ({', '.join(paths)}): expected cold and hot rates for each machine")
+
+    def to_values(x: np.ndarray) -> dict[str, float]:
+        return {p: 1.0 / (1.0 + math.exp(-xi)) if p == "pcie.efficiency" else math.exp(xi)
+                for p, xi in zip(paths, x, strict=True)}
+
+    def scenario_for(x: np.ndarray) -> Scenario:
+        r = copy.deepcopy(start)
+        for p, v in to_values(x).items():
+            set_dotted(r, p, v, source)
+        return validate(r, source)
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        s = scenario_for(x)
+        return np.array([_predict_s(s, o) * o.measured_gbps / o.file_gb - 1.0 for o in obs])
+
+    x0 = [math.log(0.8 / 0.2) if p == "pcie.efficiency" else math.log(START[p.rsplit(".", 1)[1]]) for p in paths]
+    sol = least_squares(resid, np.array(x0), loss="soft_l1", f_scale=0.05, xtol=1e-12, ftol=1e-12)
+    values = to_values(sol.x)
+    jac = sol.jac
+    jtj_inv = np.linalg.pinv(jac.T @ jac)
+    leverage = np.einsum("ij,jk,ik->i", jac, jtj_inv, jac)
+    exact = [p for k, p in enumerate(paths) if np.all(leverage[np.abs(jac[:, k]) > 1e-12] > 1 - 1e-6)]
+    ses: dict[str, float] = {}
+    if dof > 0:
+        sigma2 = float(np.sum(sol.fun**2)) / dof
+        for k, p in enumerate(paths):
+            if p in exact:
+                continue
+            d = values[p] * (1 - values[p]) if p == "pcie.efficiency" else values[p]  # d value / d x
+            ses[p] = float(math.sqrt(max(jtj_inv[k, k] * sigma2, 0.0)) * abs(d))
+    s = scenario_for(sol.x)
+    residuals = []
+    for o in obs:
+        sim_gbps = o.file_gb / _predict_s(s, o)
+        residuals.append({"machine": o.machine, "quantity": o.quantity, "measured_gbps": o.measured_gbps,
+                          "fitted_gbps": round(sim_gbps, 6), "rel_error": round(sim_gbps / o.measured_gbps - 1, 6),
+                          "source": o.source})
+    return FitResult({p: round(v, 6) for p, v in values.items()}, {p: round(v, 6) for p, v in ses.items()},
+                     exact, fixed, residuals, dof)
+
+
+def load_raw_for_fit(path: str) -> dict:
+    """The scenario mapping without its calibration files (they are what is being produced)."""
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ScenarioError(path, "", "expected a YAML map at the top level")
+    return {**raw, "calibrations": []}

@@ -11,7 +11,7 @@ import time
 
 from common import ROOT, reference_loop_s  # puts the project on sys.path
 
-from sim.config.scenario import load_scenario
+from sim.config.load import load_scenario
 from sim.lab.breakeven import breakeven
 from sim.runner import run
 

@@ -14,7 +14,7 @@ import time
 import numpy as np
 from common import ROOT, reference_loop_s  # puts the project on sys.path
 
-from sim.config.scenario import load_scenario
+from sim.config.load import load_scenario
 from sim.moe.serve import decode_request, serve, setup_engine
 
 SCENARIO = f"{ROOT}/scenarios/gen3_5090.yaml"

@@ -16,7 +16,7 @@ import time
 import numpy as np
 from common import ROOT, reference_loop_s  # puts the project on sys.path
 
-from sim.config.scenario import load_scenario
+from sim.config.load import load_scenario
 from sim.moe.serve import serve, serve_metrics
 
 SCENARIO = f"{ROOT}/scenarios/azure_conv_5090.yaml"

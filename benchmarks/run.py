@@ -62,7 +62,7 @@ VIDUR_GIB = (1.9, 2.5)
 def child(name: str) -> None:
     """Run one case in this process and print its figures as JSON."""
     t0 = time.perf_counter()
-    from sim.config.scenario import load_scenario
+    from sim.config.load import load_scenario
     from sim.runner import run
 
     imported = time.perf_counter() - t0

@@ -87,7 +87,7 @@ def main() -> None:
 def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, overrides: tuple[str, ...],
         uncertainty: int | None) -> None:
     """Simulate SCENARIO: each machine's load of the model, then every job's dispatch and run."""
-    from sim.config.scenario import load_scenario
+    from sim.config.load import load_scenario
     from sim.core.output import atomic_write_text, dumps, write_outputs
     from sim.report import run_text
     from sim.runner import run as run_scenario
@@ -137,10 +137,11 @@ def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, ove
 def breakeven(scenario: str, model: str, machine_a: str, machine_b: str, seed: int | None, out_dir: str | None,
               as_json: bool, overrides: tuple[str, ...], uncertainty: int | None) -> None:
     """Token count where MACHINE_A and MACHINE_B break even for MODEL, by bisection over simulated jobs."""
-    from sim.config.scenario import load_scenario
+    from sim.calibration.uncertainty import breakeven_with_uncertainty
+    from sim.config.load import load_scenario
     from sim.core.output import dumps, write_outputs
     from sim.lab.breakeven import breakeven as find
-    from sim.lab.breakeven import breakeven_with_uncertainty, metrics
+    from sim.lab.breakeven import metrics
     from sim.report import breakeven_text
 
     scn, _ = load_scenario(scenario, overrides)
@@ -181,8 +182,10 @@ def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None,
           uncertainty: int | None, overrides: tuple[str, ...], workers: int | None, dask_address: str | None,
           out_dir: str, quiet: bool) -> None:
     """Run TARGET (a scenario with --axis, or a sweep file under scenarios/sweeps/) at every point of its axes."""
-    from sim.sweeps.run import DaskBackend, pool_backend, prepare_tasks, run_sweep, serial_backend
+    from sim.sweeps.backends import DaskBackend, pool_backend, serial_backend
+    from sim.sweeps.run import run_sweep
     from sim.sweeps.spec import build_plan
+    from sim.sweeps.tasks import prepare_tasks
 
     if workers is not None and dask_address is not None:
         raise click.UsageError("give --workers or --dask, not both")
@@ -243,7 +246,7 @@ def plot(folder: str, x: str | None, y: tuple[str, ...], hue: str | None, facet:
 @main.command()
 def schema() -> None:
     """Print the JSON Schema of scenario files (for editor validation and completion)."""
-    from sim.config.scenario import json_schema
+    from sim.config.load import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from sim.lab.hardware import link_info
+from sim.config.links import link_info
 from sim.runner import RunResult
 
 
@@ -61,131 +61,10 @@ def run_text(res: RunResult) -> str:
                            f"(predicted {j.predicted_completion_s:.1f} s);"
                            f" waited {j.wait_s:.1f} s, loaded {j.load_s:.1f} s, decoded {j.decode_s:.1f} s"
                            + (f", SPILLED {j.spilled_gib:.1f} GiB to host RAM" if j.spilled_gib > 0 else ""))
-    if res.engine is not None:
-        lines = serve_lines(res) if hasattr(res.engine, "slots") else dense_serve_lines(res)
+    if res.kind is not None and res.serving is not None:
+        lines = res.kind.report_lines(scn, res.serving, res.serve_metrics)
         out += lines[0 if out[-1] else 1:]
     return "\n".join(out) + "\n"
-
-
-def dense_serve_lines(res: RunResult) -> list[str]:
-    """A dense model under continuous batching: VRAM and KV pool, the roofline, rates, batch and KV use."""
-    eng, m, scn = res.engine, res.serve_metrics, res.scenario
-    e, c = eng.engine, eng.cost
-    card = scn.gpus[scn.machines[eng.machine].gpus[e.gpu].type]
-    it = e.iteration
-    out = ["", f"Serving {eng.model} (dense) on {eng.machine} ({e.gpu}): continuous batching of up to {e.parallel} "
-           f"sequences, {eng.token_budget} tokens per iteration (chunked prefill)",
-           f"  VRAM {card.vram_gib:.2f} GiB = other tenants {eng.tenants_gib:.2f} + weights {eng.weights_gib:.2f} + "
-           f"runtime {e.runtime_gib:.2f} + KV pool {eng.kv_pool_gib:.2f} GiB ({eng.kv_pool_tokens:,} tokens)",
-           f"  an iteration: {c.overhead_s * 1e3:.2f} ms + the longer of reading the weights "
-           f"({c.weights_s * 1e3:.2f} ms at {it.memory_efficiency:.0%} of {card.hbm_gbps:g} GB/s) and the KV, and "
-           f"computing ({c.token_s * 1e6:.1f} us per token at {it.compute_efficiency:.0%} of {card.tflops:g} TFLOP/s)"]
-    if "decode_tok_s" in m:
-        out.append(f"  {int(m['requests'])} requests served, {m['output_tokens'] / m['requests']:.0f} tokens on "
-                   f"average: decode {m['decode_tok_s']:.1f} tok/s per sequence (median request "
-                   f"{m['decode_tok_s_median']:.1f}), time per output token p50 {m.get('tpot_p50_s', 0) * 1e3:.1f} "
-                   f"ms, p99 {m.get('tpot_p99_s', 0) * 1e3:.1f} ms")
-    out.append(f"  {int(m['iterations']):,} iterations, {m['memory_bound_share']:.0%} bound by memory reads, "
-               f"{m['prefill_iteration_share']:.0%} carrying prefill; mean batch {m['batch_mean']:.1f} sequences; "
-               f"KV use mean {m['kv_mean_share']:.1%}, peak {m['kv_peak_share']:.1%} of the pool; "
-               f"{int(m['kv_preemptions'])} preemptions")
-    out += load_lines(res)
-    return out
-
-
-def serve_lines(res: RunResult) -> list[str]:
-    eng, m, scn = res.engine, res.serve_metrics, res.scenario
-    assert eng is not None and scn.serve is not None
-    sv, moe, p = scn.serve, eng.moe, eng.params
-    li = link_info(scn, scn.machines[eng.machine], eng.engine.gpu)
-    out = ["", f"Serving {eng.engine.model} on {eng.machine} ({eng.engine.gpu}, "
-           f"Gen{li.gen} x{li.lanes} {li.gbps:.1f} GB/s{' measured' if li.measured else ''}), "
-           f"policy {eng.engine.policy}, {sv.fidelity} fidelity",
-           f"  VRAM {eng.vram_gib:.2f} GiB = other tenants {eng.tenants_gib:.2f} + engine overhead "
-           f"{eng.overhead_gib:.2f} + free {eng.free_gib:.2f} GiB at start",
-           f"  expert cache {eng.slots} of {moe.layers * moe.experts_per_layer} slots ({eng.cache_gib:.2f} GiB, "
-           f"coverage {eng.coverage:.1%}); {moe.top_k * moe.layers} lookups per token, "
-           f"{moe.draft.tokens} drafts at {moe.draft.acceptance:.1%} acceptance",
-           f"  {int(m['requests'])} requests served, {m['output_tokens'] / m['requests']:.0f} tokens on average: "
-           f"decode {m['decode_tok_s']:.1f} tok/s (token-weighted; median request {m['decode_tok_s_median']:.1f}), "
-           f"TTFT median {m['ttft_s_median'] * 1000:.0f} ms",
-           f"  hit rate {m['expert_hit_rate']:.1%} and PCIe spill {m['pcie_spill_share']:.2%} of routed experts "
-           f"(medians over requests); requests that ever read over PCIe: {m['requests_spilling_share']:.0%}",
-           f"  where decode time goes: compute {m['compute_share']:.0%}, stalled on PCIe or peers "
-           f"{m['stall_share']:.0%}, eager steps {m['eager_share']:.0%}, host {m['host_share']:.0%}; GPU busy as the "
-           f"driver reports it {m['gpu_busy_share']:.0%}"]
-    if eng.peers or eng.host_slots is not None:
-        reqs = res.requests
-        lookups = int(reqs.lookups.sum()) or 1
-        parts = [f"peer {name} {n} experts" for name, n in zip(eng.engine.peers, eng.peer_slots, strict=True)]
-        if eng.host_slots is not None:
-            parts.append(f"host RAM {eng.host_slots} experts, the rest on disk")
-        peer = int(reqs.peer_lookups.sum()) / lookups
-        disk = int(reqs.disk_lookups.sum()) / lookups
-        out.append(f"  tiers below VRAM: {', '.join(parts)}; lookups served by peers {peer:.1%}, from disk {disk:.2%}")
-    if "energy_j_per_token" in m:
-        out.append(f"  energy {m['energy_j_per_token']:.2f} J/token at {m['gpu_power_w']:.0f} W average")
-    out.append(f"  link: {p.link_share:.0%} of {p.link_gbps:.1f} GB/s for expert reads; CPU computes up to one missed "
-               f"expert per {p.cpu_expert_s * 1e6:.0f} us of GPU work per layer")
-    out += load_lines(res)
-    out.append("  decode tok/s by request spill share and hit rate (percent):")
-    for b in res.buckets:
-        if b["requests"]:
-            hi = "" if b["high_pct"] is None else f"{b['high_pct']:g}"
-            span = "0 (none)" if b["low_pct"] == 0 and b["high_pct"] == 0 else f"{b['low_pct']:g}-{hi}"
-            out.append(f"    {b['bucket_by']:<11}{span:>10}: {b['decode_tok_s']:7.1f} tok/s over {b['requests']} "
-                       "requests")
-    return out
-
-
-def workload_text(scn) -> str:
-    sv = scn.serve
-    w = sv.workload
-    lengths = f"{sv.output_tokens_mean:g} tokens mean (exponential)" if sv.output_tokens_mean is not None else \
-        f"{sv.output_tokens_min}-{sv.output_tokens_max} tokens"
-    if w.lengths is not None:
-        cap = f", at most {w.lengths_max_tokens:,} tokens" if w.lengths_max_tokens is not None else ""
-        lengths = f"lengths from {w.lengths}{cap}"
-    if w.kind == "trace":
-        return f"trace {w.trace} (first {sv.requests} rows, times x{w.time_scale:g})"
-    if w.kind == "open":
-        return f"open loop, {w.arrival_law} arrivals at {w.rate_per_s:g}/s, {sv.requests} requests of {lengths}"
-    if w.kind == "agent":
-        return (f"{w.clients} agent sessions of {w.turns} turns (+{w.turn_tokens} tokens a turn, earlier context "
-                f"cached), {sv.requests} requests of {lengths}")
-    clients = 1 if w.kind == "sequential" else w.clients
-    runs = f" in {w.runs} runs" if w.runs > 1 else ""
-    return (f"{clients} closed-loop client{'s' if clients > 1 else ''} (think {w.think_s:g} s), {sv.requests} "
-            f"requests{runs} of {lengths}")
-
-
-def load_lines(res: RunResult) -> list[str]:
-    """The server under load: workload, admission, throughput, TTFT, queue, VRAM per GPU."""
-    eng, m, scn = res.engine, res.serve_metrics, res.scenario
-    sv = scn.serve
-    adm = sv.admission
-    admission = "unbounded FIFO" if adm.queue_limit is None and adm.timeout_s is None else (
-        f"queue limit {adm.queue_limit if adm.queue_limit is not None else 'none'}, timeout "
-        f"{adm.timeout_s if adm.timeout_s is not None else 'none'} s")
-    slots = f"{eng.engine.parallel} decode slot{'s' if eng.engine.parallel > 1 else ''}" + (
-        f" ({eng.slot_slots} experts each)" if hasattr(eng, "slot_slots") else "")
-    out = [f"  load: {workload_text(scn)}; {slots}, {admission}",
-           f"  {int(m['requests_completed'])} completed, {int(m['requests_rejected'])} rejected, "
-           f"{int(m['requests_cancelled'])} cancelled in {m['makespan_s']:.1f} s: throughput "
-           f"{m.get('throughput_tok_s', float('nan')):.1f} tok/s, prefill {m.get('prefill_tok_s', float('nan')):.0f} "
-           "tok/s"]
-    if "ttft_mean_s" in m:
-        out.append(f"  TTFT mean {m['ttft_mean_s']:.2f} s, p50 {m['ttft_p50_s']:.2f} s, p99 {m['ttft_p99_s']:.2f} s; "
-                   f"queue wait mean {m['queue_wait_mean_s']:.2f} s (peak queue {int(m['queue_peak'])}); GPU active "
-                   f"{m['gpu_active_share']:.0%} of the run")
-    if "requests_in_engine_mean" in m:
-        out.append(f"  Little's law: {m['requests_in_engine_mean']:.3f} requests in the engine on average = arrival "
-                   f"rate x mean time in it {m['little_lambda_w']:.3f}")
-    vram = [f"{name} {m[f'vram.{name}.used_mib']:,.0f} MiB used, {m[f'vram.{name}.free_mib']:,.0f} free"
-            + (" (PAGED)" if 0 < i <= len(getattr(eng, "peer_paged", ())) and eng.peer_paged[i - 1] else "")
-            for i, (name, _, _) in enumerate(eng.vram)]
-    out.append("  VRAM: " + "; ".join(vram))
-    return out
 
 
 def _tok(x: float | None) -> str:

@@ -5,34 +5,41 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
-from sim.config.scenario import Scenario, is_dense_engine
-from sim.lab.hardware import has_load_path, link_info
+from sim.config.links import link_info
+from sim.config.scenario import Scenario
+from sim.engines import kind_for
 from sim.lab.labsim import JobRecord, run_jobs
 from sim.lab.probes import ProbeReport, link_metrics, probe_machine, probe_metrics
-
-if TYPE_CHECKING:  # the serving engines are imported by the runs that serve (a dispatch-only run does not pay for them)
-    from sim.dense.serve import DenseSetup
-    from sim.moe.serve import EngineSetup
-    from sim.serving.queue import Timeline
-    from sim.serving.served import ServedRequests
+from sim.lab.resources import has_load_path
+from sim.serving.engine import EngineKind, ServeRun
 
 
 @dataclass
 class RunResult:
+    """One ``sim run``: each machine's load probes, every job, and the served workload with its engine's kind."""
+
     scenario: Scenario
     seed: int
     probes: list[ProbeReport]
     jobs: list[JobRecord]
-    engine: EngineSetup | DenseSetup | None = None
-    requests: ServedRequests | list = field(default_factory=list)  # empty: nothing served
+    kind: EngineKind | None = None  # the kind of engine that served (None: nothing served)
+    serving: ServeRun | None = None
     serve_metrics: dict[str, float] = field(default_factory=dict)
-    buckets: list[dict] = field(default_factory=list)  # requests by spill share and hit rate
-    timeline: Timeline | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def engine(self) -> Any:
+        """The serving engine as it started (its kind's set-up), or None."""
+        return self.serving.setup if self.serving is not None else None
+
+    @property
+    def requests(self):
+        """The served requests (:class:`sim.serving.served.ServedRequests`); empty when nothing was served."""
+        return self.serving.requests if self.serving is not None else []
 
 
 def report_model(scn: Scenario) -> str | None:
@@ -50,17 +57,10 @@ def run(scn: Scenario, seed: int) -> RunResult:
     probes = [probe_machine(scn, name, model) for name in loaders] if model else []
     jobs = run_jobs(scn, rng)
     res = RunResult(scn, seed, probes, jobs)
-    if scn.serve is not None and is_dense_engine(scn, scn.machines[scn.serve.machine].engine):
-        from sim.dense.serve import dense_metrics, serve_dense
-
-        res.engine, res.requests, res.timeline, stats = serve_dense(scn, np.random.default_rng([seed, 1]))
-        res.serve_metrics = dense_metrics(res.engine, res.requests, res.timeline, stats)
-    elif scn.serve is not None:  # its own random stream: adding a serve section leaves the jobs' draws unchanged
-        from sim.moe.serve import serve, serve_metrics, spill_buckets
-
-        res.engine, res.requests, res.timeline = serve(scn, np.random.default_rng([seed, 1]))
-        res.serve_metrics = serve_metrics(res.engine, res.requests, res.timeline)
-        res.buckets = spill_buckets(res.requests)
+    res.kind = kind_for(scn)
+    if res.kind is not None:  # its own random stream: adding a serve section leaves the jobs' draws unchanged
+        res.serving = res.kind.serve(scn, np.random.default_rng([seed, 1]))
+        res.serve_metrics = res.kind.metrics(res.serving)
     res.metrics = flat_metrics(res)
     return res
 
@@ -120,8 +120,8 @@ def job_dict(j: JobRecord) -> dict:
 def summary(res: RunResult, scenario_file: str) -> dict:
     out = {"scenario": res.scenario.name, "scenario_file": scenario_file, "seed": res.seed,
            "metrics": res.metrics, "jobs": [job_dict(j) for j in res.jobs]}
-    if res.engine is not None and res.buckets:
-        out["spill_buckets"] = res.buckets
+    if res.kind is not None and res.serving is not None:
+        out |= res.kind.summary(res.serving)
     return out
 
 
@@ -155,10 +155,6 @@ def tables(res: RunResult) -> dict[str, Iterable[dict]]:
                           "paper_gbps": li.paper_gbps, "efficiency": li.efficiency, "gbps": li.gbps,
                           "measured": li.measured})
     out = {"loads": loads, "load_stages": stages, "links": links, "jobs": jobs, "estimates": estimates}
-    if res.engine is not None:
-        from sim.moe.serve import request_rows
-
-        out["requests"] = request_rows(res.requests)
-    if res.buckets:
-        out["spill_buckets"] = res.buckets
+    if res.kind is not None and res.serving is not None:
+        out |= res.kind.tables(res.serving)
     return out

@@ -20,7 +20,7 @@ sys.path.insert(0, ROOT)
 
 @pytest.fixture
 def home_lab():
-    from sim.config.scenario import load_scenario
+    from sim.config.load import load_scenario
 
     return load_scenario(HOME_LAB)[0]
 
@@ -43,7 +43,7 @@ def tiny_scenario(**over) -> dict:
         },
     }
     for path, value in over.items():
-        from sim.config.scenario import set_dotted
+        from sim.config.paths import set_dotted
 
         set_dotted(raw, path.replace("__", "."), value, "test")
     return raw

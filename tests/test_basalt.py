@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pytest
 from conftest import CALIBRATION, ROOT
 
-from sim.config.scenario import load_scenario
+import sim
 from sim.core.tables import read_measured
-from sim.moe.serve import serve, setup_engine
 
 THREE = os.path.join(ROOT, "scenarios", "basalt_3gpu.yaml")
 TWO = os.path.join(ROOT, "scenarios", "basalt_2gpu_vision.yaml")
@@ -30,14 +28,11 @@ def quantity(rows: list[dict], name: str) -> str:
 def run(path: str, *sets: str, requests: int = 40, prompt: int = 26, output: int = 512,
         acceptance: float | None = None) -> dict:
     """Metrics of ``requests`` sequential requests of fixed lengths on a Basalt scenario (seed 11)."""
-    from sim.moe.serve import serve_metrics
-
     over = ["serve.workload.kind=sequential", f"serve.requests={requests}", f"serve.prompt_tokens={prompt}",
             f"serve.output_tokens_min={output}", f"serve.output_tokens_max={output}", *sets]
     if acceptance is not None:
         over.append(f"models.basalt_pack.moe.draft.acceptance={acceptance}")
-    scn, _ = load_scenario(path, over)
-    return serve_metrics(*serve(scn, np.random.default_rng(SEED)))
+    return sim.load(path, over).run(seed=SEED).metrics
 
 
 def test_placement_follows_the_start_up_arithmetic():
@@ -46,13 +41,13 @@ def test_placement_follows_the_start_up_arithmetic():
     from these same VRAM figures: this checks the arithmetic is consistent (resident + copies = every expert, 15.7
     GiB in RAM, each card's use), not an independent prediction."""
     main = table("basalt_3gpu.csv")
-    eng = setup_engine(load_scenario(THREE)[0], "basalt_box")
+    eng = sim.load(THREE).engine()
     experts = eng.moe.layers * eng.moe.experts_per_layer
     gib = eng.moe.expert_mib / 1024
     assert eng.peer_slots[0] * gib == pytest.approx(10.7, abs=0.05)
     assert eng.peer_slots[1] * gib == pytest.approx(5.0, abs=0.05)
-    assert eng.slots + sum(eng.peer_slots) == experts  # every expert not resident has a GPU copy: ram holds copies
-    assert (experts - eng.slots) * gib == pytest.approx(15.7, abs=0.1)  # the start-up line's ram=15.7GiB
+    assert eng.expert_slots + sum(eng.peer_slots) == experts  # every expert not resident has a GPU copy
+    assert (experts - eng.expert_slots) * gib == pytest.approx(15.7, abs=0.1)  # the start-up line's ram=15.7GiB
     used = {name: mib for name, mib, _ in eng.vram}
     for gpu, key in (("gpu0", "vram_used_5090"), ("gpu1", "vram_used_5080"), ("gpu2", "vram_used_5060ti")):
         assert used[gpu] == pytest.approx(float(quantity(main, key)), abs=3)
@@ -139,11 +134,10 @@ def test_log_replay_matches_the_engine_log_per_request():
     """The 12 completion lines replayed one after another, each at its own acceptance: prefill within 20% for the
     cold prompts and decode within 30% (the fit's tolerance for single log lines), but for the one request the fit
     leaves out (108.9 tok/s at 60% acceptance, where the others run near 290); no queue; every request completes."""
-    scn, _ = load_scenario(THREE)
-    eng, recs, tl = serve(scn, np.random.default_rng(SEED))
+    requests = sim.load(THREE).run(seed=SEED).requests
     rows = table("basalt_serve_requests.csv")
-    assert len(recs) == len(rows) == 12 and all(r.end == "stop" for r in recs)
-    for rec, row in zip(recs, rows, strict=True):
+    assert len(requests) == len(rows) == 12 and (requests["end"] == "stop").all()
+    for (_, rec), row in zip(requests.iterrows(), rows, strict=True):
         assert rec.queue_wait_s == 0
         if int(row["cached_tokens"]) == 0:
             assert rec.prefill_s == pytest.approx(float(row["prefill_s"]), rel=0.20)

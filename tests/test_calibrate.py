@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_moe_serve import moe_raw
 
-from sim.calibration.calibrate import Observation, calibrate, simulate
+from sim.calibration.calibrate import Observation, calibrate, replay
 from sim.cli import main
-from sim.config.scenario import load_scenario
+from sim.config.load import load_scenario
 
 ENGINE = "machines.server.engine."
 
@@ -44,7 +44,7 @@ def synthetic(tmp_path_factory):
     rng = np.random.default_rng(5)
     obs = [Observation("x", int(p), 0, int(o), float("nan"), {}) for p, o in
            zip(rng.integers(100, 2000, 40), rng.integers(40, 300, 40), strict=True)]
-    sim = simulate(truth, obs, seed=123)
+    sim = replay(truth, obs, seed=123)
     table = folder / "requests.csv"
     with open(table, "w", newline="") as fh:
         w = csv.writer(fh)
@@ -189,7 +189,7 @@ def tables(tmp_path_factory):
 
 
 def read_calibrate_of(path):
-    from sim.config.scenario import read_calibrate
+    from sim.config.load import read_calibrate
 
     return read_calibrate(path)
 
@@ -281,8 +281,8 @@ def test_replicas_compare_a_request_with_the_median_of_its_copies(synthetic):
     _, scenario, _ = synthetic
     scn = load_scenario(scenario)[0]
     one = Observation("x", 400, 0, 120, float("nan"), {})
-    copies = simulate(scn, [one] * 5, seed=3)
-    median = simulate(scn, [one], seed=3, replicas=5)[0]
+    copies = replay(scn, [one] * 5, seed=3)
+    median = replay(scn, [one], seed=3, replicas=5)[0]
     for key in ("decode_tok_s", "expert_hit_rate", "pcie_share", "ttft_s"):
         assert median[key] == pytest.approx(float(np.median([c[key] for c in copies])))
     assert len({c["decode_tok_s"] for c in copies}) > 1  # the copies do differ: the median is not trivially one
@@ -346,7 +346,7 @@ def test_measured_ranges_and_runs_read_back(a, b):
                 max_size=4))
 def test_a_malformed_bucket_table_is_a_one_line_error(tmp_path_factory, rows):
     from sim.calibration.targets import TargetBuilder
-    from sim.config.scenario import Calibrate
+    from sim.config.calibrate import Calibrate
     from sim.core.errors import ScenarioError
 
     path = tmp_path_factory.mktemp("b") / "b.csv"
@@ -364,7 +364,7 @@ def test_table_map_and_input_mistakes_found_before_any_fit(tables, tmp_path):
     """A bucket table without its high_pct column, a row_variant naming no row, a start outside its bounds, an
     --out that cannot be written: each a one-line error, found before the fit."""
     from sim.calibration.targets import TargetBuilder
-    from sim.config.scenario import read_calibrate
+    from sim.config.load import read_calibrate
     from sim.core.errors import ScenarioError
 
     folder, _, paths = tables

@@ -7,7 +7,7 @@ import yaml
 from conftest import CALIBRATION, HOME_LAB
 
 from sim.calibration.fit_loading import fit, load_raw_for_fit
-from sim.config.scenario import load_scenario
+from sim.config.load import load_scenario
 from sim.core.tables import read_measured
 from sim.core.units import GB, GIB
 from sim.lab.probes import probe_machine

@@ -1,4 +1,4 @@
-"""A dense model under continuous batching (sim.dense_step, sim.dense_serve): the roofline in closed form against
+"""A dense model under continuous batching (sim.dense.step, sim.dense.server): the roofline in closed form against
 iteration-by-iteration sums, the fast event loop against the per-iteration reference, a lone request's time, the
 memory-bound/compute-bound knee, the KV pool, an M/D/1 oracle and Little's law."""
 
@@ -15,10 +15,12 @@ from conftest import ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.config.scenario import set_dotted, validate
+from sim.config.load import validate
+from sim.config.paths import set_dotted
 from sim.core.errors import ScenarioError
 from sim.core.units import GIB
-from sim.dense.serve import dense_metrics, serve_dense, setup_dense
+from sim.dense.serve import dense_metrics, serve_dense
+from sim.dense.setup import setup_dense
 from sim.dense.step import KIB, IterationCost
 
 
@@ -42,8 +44,8 @@ def dense_scenario(**over):
 
 
 def run(scn, seed=0, exact=False):
-    setup, recs, tl, stats = serve_dense(scn, np.random.default_rng(seed), exact=exact)
-    return setup, recs, dense_metrics(setup, recs, tl, stats)
+    served = serve_dense(scn, np.random.default_rng(seed), exact=exact)
+    return served.setup, served.requests, dense_metrics(served)
 
 
 # --- the roofline in closed form ------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from conftest import HOME_LAB, tiny_scenario
 
-from sim.config.scenario import TieBreak, load_scenario, validate
+from sim.config.load import load_scenario, validate
+from sim.config.scenario import TieBreak
 from sim.core.units import GB, GIB
 from sim.lab.breakeven import breakeven
 from sim.lab.dispatch import Estimate, decide, linear_region, relative_gap
@@ -329,7 +330,7 @@ def test_the_decode_scatter_in_the_home_lab_is_the_pooled_scatter_of_the_measure
 
 
 def test_breakeven_uncertainty_shows_how_unsure_the_break_even_is():
-    from sim.lab.breakeven import breakeven_with_uncertainty
+    from sim.calibration.uncertainty import breakeven_with_uncertainty
 
     u = breakeven_with_uncertainty(HOME_LAB, [], "9B", "mining_box", "rtx4090_box", 60, 0)
     be = u["breakeven_tokens"]

@@ -68,7 +68,8 @@ def test_a_shared_disk_is_one_parameter(tmp_path):
 
 def test_pipelined_fit_matches_pipelined_simulation(tmp_path):
     """The fit models loads with the scenario's composition and buffers, so the simulation reproduces the table."""
-    from sim.config.scenario import set_dotted, validate
+    from sim.config.load import validate
+    from sim.config.paths import set_dotted
     from sim.lab.probes import probe_machine
 
     raw = load_raw_for_fit(HOME_LAB)

@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 from conftest import tiny_scenario
 
-from sim.config.scenario import set_dotted, validate
-from sim.moe.serve import serve, serve_metrics, setup_engine
+from sim.config.load import validate
+from sim.config.paths import set_dotted
+from sim.moe.serve import MoeEngine, serve_metrics
+from sim.moe.setup import setup_engine
 from sim.moe.stepcost import StepParams, expected_tokens_per_step, step_times, tokens_per_step
 
 P = StepParams(dense_s=4.8e-3, gpu_expert_s=2e-6, cpu_expert_s=20e-6, pcie_latency_s=50e-6, graph_break_s=2e-3,
@@ -21,7 +23,7 @@ def one_step(resident, missed, layers=48):
 def test_fully_resident_step_costs_compute_only():
     t = one_step(resident=40, missed=0)
     assert t.total_s[0] == pytest.approx(48 * GPU_LAYER)
-    assert t.stall_s[0] == 0 and t.break_s[0] == 0 and t.pcie_reads[0] == 0
+    assert t.stall_s[0] == 0 and t.eager_s[0] == 0 and t.pcie_reads[0] == 0
 
 
 def test_misses_within_the_cpu_window_cost_nothing():
@@ -37,7 +39,7 @@ def test_first_pcie_read_costs_a_graph_break_then_a_plateau_then_transfer_bound(
     heavy = one_step(40, 40)  # 31 reads per layer: 3.1 ms per layer, far beyond the 180 us window
     assert one.total_s[0] - base == pytest.approx(2e-3)  # the cliff: the break; the transfer hides under compute
     assert many.total_s[0] - one.total_s[0] < 0.1 * (one.total_s[0] - base)  # the plateau
-    assert heavy.stall_s[0] > 10 * heavy.break_s[0]  # transfer-dominated: the second cliff
+    assert heavy.stall_s[0] > 10 * heavy.eager_s[0]  # transfer-dominated: the second cliff
     reads = 40 - int(GPU_LAYER / 20e-6 + 1e-9)
     # copies hide behind the layer's compute and, the step being eager, its share of the eager overhead
     assert heavy.stall_s[0] == pytest.approx(48 * (50e-6 + reads * 1.382e6 / 13.9e9 - GPU_LAYER - 2e-3 / 48))
@@ -48,6 +50,12 @@ def test_tokens_per_step_follow_the_acceptance():
     assert made.min() == 1 and made.max() == 5
     assert made.mean() == pytest.approx(expected_tokens_per_step(4, 0.64), rel=0.01)
     assert (tokens_per_step(0, 0.9, 10, np.random.default_rng(0)) == 1).all()
+
+
+def serve(scn, rng: np.random.Generator):
+    """(engine, requests, timeline) of the MoE engine serving ``scn``'s workload with the random stream ``rng``."""
+    run = MoeEngine().serve(scn, rng)
+    return run.setup, run.requests, run.timeline
 
 
 def moe_scenario(**over):
@@ -76,7 +84,7 @@ def moe_raw() -> dict:
 def test_engine_sizes_its_cache_from_free_vram():
     eng = setup_engine(moe_scenario(), "server")
     assert eng.free_gib == pytest.approx(0.5)
-    assert eng.slots == 512 - 100 - 100  # (free MiB - cache reserve - draft head) / 1 MiB slots
+    assert eng.expert_slots == 512 - 100 - 100  # (free MiB - cache reserve - draft head) / 1 MiB slots
     assert eng.coverage == pytest.approx(312 / 512)
     assert eng.params.link_gbps == pytest.approx(15.754 * 0.84, rel=1e-3)  # Gen3 x16 at the default efficiency
 
@@ -128,9 +136,9 @@ def test_sticky_eager_mode_costs_at_least_per_step_breaks():
 def test_sticky_mode_carries_across_step_chunks():
     res = np.full((3, 48), 40)
     first = step_times(res, np.array([[0] * 48, [30] + [0] * 47, [0] * 48]), P)
-    assert list(first.break_s) == [0, 2e-3, 2e-3] and first.eager_after
+    assert list(first.eager_s) == [0, 2e-3, 2e-3] and first.eager_after
     later = step_times(res, np.zeros((3, 48)), P, eager=True)
-    assert list(later.break_s) == [2e-3] * 3
+    assert list(later.eager_s) == [2e-3] * 3
 
 
 def test_count_sampler_has_the_binomial_mean_and_variance():
@@ -155,7 +163,7 @@ def test_tabulated_step_times_equal_the_expressions_bit_for_bit(mode):
         for eager in (False, True):
             fast = step_times(resident, missed, p, eager, starts=starts)
             slow = step_times(resident.astype(float), missed.astype(float), p, eager, starts=starts)
-            for field in ("compute_s", "stall_s", "break_s", "host_s", "pcie_reads", "cpu_experts"):
+            for field in ("compute_s", "stall_s", "eager_s", "host_s", "pcie_reads", "cpu_experts"):
                 assert np.array_equal(getattr(fast, field), getattr(slow, field)), field
             assert fast.eager_after == slow.eager_after
 
@@ -218,13 +226,13 @@ def tiered_scenario(**over):
 def test_lookups_resolve_to_tiers_peer_host_and_disk(fidelity):
     scn = tiered_scenario(serve__fidelity=fidelity)
     eng, recs, _ = serve(scn, np.random.default_rng(0))
-    assert eng.peer_slots == (100,) and eng.host_slots == 51  # 0.05 GiB of RAM in 1 MiB experts
+    assert eng.peer_slots == (100,) and eng.host_experts == 51  # 0.05 GiB of RAM in 1 MiB experts
     assert list(np.bincount(eng.tier[~eng.resident], minlength=3)) == [100, 51, 512 - 312 - 100 - 51]
     auto = setup_engine(tiered_scenario(machines__server__engine__peers__g1__slots="auto",
                                         machines__server__gpus__g1__reserved_gib=15.9), "server")
     assert auto.peer_slots == (102,)  # 16 - 15.9 GiB free on the peer in 1 MiB slots
     lookups = sum(r.lookups for r in recs)
-    hits, peer, disk = (sum(getattr(r, k) for r in recs) for k in ("hits", "peer_lookups", "disk_lookups"))
+    hits, peer, disk = (sum(getattr(r, k) for r in recs) for k in ("vram_hits", "peer_lookups", "disk_lookups"))
     pop = eng.popularity.ravel() / eng.moe.layers
     assert hits / lookups == pytest.approx(pop[eng.resident].sum(), abs=0.01)
     assert peer / lookups == pytest.approx(pop[~eng.resident & (eng.tier == 0)].sum(), abs=0.01)
@@ -343,7 +351,7 @@ def test_fused_step_times_are_the_sampled_ones_bit_for_bit(monkeypatch):
     c = lw.sample(eng, steps, a)
     slow = c.times(eng.params, starts=starts)
     fast, routed = fused_step_times(eng, lw, steps, b, starts)
-    for field in ("compute_s", "stall_s", "break_s", "host_s", "pcie_reads", "cpu_experts"):
+    for field in ("compute_s", "stall_s", "eager_s", "host_s", "pcie_reads", "cpu_experts"):
         assert np.array_equal(getattr(fast, field), getattr(slow, field)), field
     assert slow.pcie_reads.sum() > 0 and np.array_equal(routed, c.routed)
     assert a.bit_generator.state == b.bit_generator.state

@@ -90,7 +90,7 @@ def test_dispatch_break_even_is_the_closed_form(sweeps):
     """Estimates are linear in tokens, so where the two lines cross between sweep points is the break-even."""
     import pandas as pd
 
-    from sim.config.scenario import load_scenario
+    from sim.config.load import load_scenario
     from sim.lab.breakeven import breakeven
     from sim.viz.presets import _crossing
 

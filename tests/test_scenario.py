@@ -8,7 +8,8 @@ from conftest import HOME_LAB, tiny_scenario
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.config.scenario import load_scenario, parse_set, set_dotted, validate
+from sim.config.load import load_scenario, validate
+from sim.config.paths import parse_set, set_dotted
 from sim.core.errors import ScenarioError
 from sim.core.output import atomic_write_text
 
@@ -181,7 +182,7 @@ def test_numbers_are_read_as_text_where_text_is_expected():
 
 
 def test_schema_does_not_require_calibrated_values():
-    from sim.config.scenario import json_schema
+    from sim.config.load import json_schema
 
     defs = json_schema()["$defs"]
     assert "read_gbps" not in defs["Disk"].get("required", [])

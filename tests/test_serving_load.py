@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 from conftest import CALIBRATION, ROOT
-from test_moe_serve import moe_scenario
+from test_moe_serve import moe_scenario, serve
 
-from sim.moe.serve import serve, serve_metrics
+from sim.moe.serve import serve_metrics
 
 
 def queue_scenario(rho: float, law: str, requests: int, **over):
@@ -39,7 +39,7 @@ def test_mean_queue_wait_matches_m_m_1_and_m_d_1(law, rho):
 
 
 def concurrency_scenario(clients: int):
-    from sim.config.scenario import load_scenario
+    from sim.config.load import load_scenario
 
     path = os.path.join(ROOT, "scenarios", "gen3_5090_concurrency.yaml")
     return load_scenario(path, [f"serve.workload.clients={clients}"])[0]
@@ -105,7 +105,7 @@ def test_admission_rejects_when_the_queue_is_full_and_cancels_on_timeout():
 
 def test_strata_engine_queues_32_clients_without_bound():
     """strata_overload.md: at 32 concurrent clients every request queued and finished (no admission control)."""
-    from sim.config.scenario import load_scenario
+    from sim.config.load import load_scenario
 
     path = os.path.join(ROOT, "scenarios", "gen3_5090_concurrency.yaml")
     scn = load_scenario(path, ["serve.workload.clients=32", "serve.workload.runs=1", "serve.requests=96"])[0]
@@ -139,7 +139,7 @@ def test_decode_slots_divide_the_cache_and_can_lower_throughput():
     busy = {"serve__workload__kind": "closed", "serve__workload__clients": 8}
     one = serve(load_scenario_small(**busy), np.random.default_rng(6))
     four = serve(load_scenario_small(**busy, machines__server__engine__parallel=4), np.random.default_rng(6))
-    assert four[0].slot_slots == one[0].slot_slots // 4
+    assert four[0].slots_per_sequence == one[0].slots_per_sequence // 4
     m1, m4 = serve_metrics(*one), serve_metrics(*four)
     assert m4["expert_hit_rate"] < m1["expert_hit_rate"] - 0.05
     assert m4["throughput_tok_s"] < m1["throughput_tok_s"]
@@ -198,7 +198,7 @@ def test_continuous_batching_serves_the_union_of_experts():
     m1, m4 = serve_metrics(*runs[1]), serve_metrics(*runs[4])
     assert m4["throughput_tok_s"] > 1.1 * m1["throughput_tok_s"]
     assert m4["decode_tok_s_median"] < m1["decode_tok_s_median"]
-    assert runs[4][0].slot_slots == runs[1][0].slot_slots  # a batch shares the whole cache
+    assert runs[4][0].slots_per_sequence == runs[1][0].slots_per_sequence  # a batch shares the whole cache
     assert m4["requests_in_engine_mean"] == pytest.approx(m4["little_lambda_w"], rel=1e-9)
     # a batch of one is the single-slot server
     plain = serve_metrics(*serve(load_scenario_small(serve__workload__kind="closed", serve__workload__clients=8),
@@ -238,7 +238,7 @@ def test_batching_keeps_the_tier_telemetry_of_the_plain_engine():
 def test_decode_of_a_long_request_does_not_depend_on_what_comes_before_it():
     """A request longer than one sampling batch is decoded in pieces (eager state carried), wherever it sits."""
     import sim.moe.decode_batch as db
-    from sim.moe.serve import setup_engine
+    from sim.moe.setup import setup_engine
 
     eng = setup_engine(load_scenario_small(), "server")
     old = db.MAX_CELLS

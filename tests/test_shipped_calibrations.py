@@ -14,7 +14,7 @@ import yaml
 from conftest import CALIBRATION, ROOT
 
 from sim.calibration.calibrate import Problem, build_problem, held_sets, jacobian, standard_errors
-from sim.config.scenario import read_calibrate
+from sim.config.load import read_calibrate
 
 FILES = ("strata_moe.yaml", "basalt_moe.yaml")
 

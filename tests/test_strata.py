@@ -7,15 +7,15 @@ random numbers; tolerances are the issue's."""
 import json
 import os
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import CALIBRATION, ROOT
 
+import sim
 from sim.calibration.targets import TargetBuilder
 from sim.cli import main
-from sim.config.scenario import load_scenario, read_calibrate
-from sim.moe.serve import serve, serve_metrics, setup_engine, spill_buckets
+from sim.config.load import read_calibrate
+from sim.serving.metrics import spill_buckets
 
 GEN3 = os.path.join(ROOT, "scenarios", "gen3_5090.yaml")
 ROUND2 = "machines.strata_box.gpus.gpu0.reserved_gib=0"
@@ -27,9 +27,8 @@ SEED = 11
 def rounds():
     out = {}
     for name, extra in (("r1", []), ("r2", [ROUND2])):
-        scn, _ = load_scenario(GEN3, [f"serve.requests={REQUESTS}", *extra])
-        eng, recs, _ = serve(scn, np.random.default_rng([SEED, len(out)]))
-        out[name] = (eng, recs, serve_metrics(eng, recs))
+        run = sim.load(GEN3, [f"serve.requests={REQUESTS}", *extra]).run(seed=SEED + len(out))
+        out[name] = (run.engine, run.served, run.metrics)
     return out
 
 
@@ -46,11 +45,9 @@ def measured():
 
 
 def test_vram_arithmetic_gives_the_engines_slots():
-    r1, _ = load_scenario(GEN3)
-    r2, _ = load_scenario(GEN3, [ROUND2])
-    e1, e2 = setup_engine(r1, "strata_box"), setup_engine(r2, "strata_box")
+    e1, e2 = sim.load(GEN3).engine(), sim.load(GEN3, [ROUND2]).engine()
     assert e1.free_gib == pytest.approx(8.31, abs=0.005) and e2.free_gib == pytest.approx(26.01, abs=0.03)
-    assert e1.slots == pytest.approx(5784, rel=0.01) and e2.slots == pytest.approx(19530, rel=0.01)
+    assert e1.expert_slots == pytest.approx(5784, rel=0.01) and e2.expert_slots == pytest.approx(19530, rel=0.01)
     assert e1.coverage == pytest.approx(0.235, abs=0.001)
     assert e1.cache_gib == pytest.approx(7.45, abs=0.01) and e2.cache_gib == pytest.approx(25.14, abs=0.03)
 

@@ -19,8 +19,11 @@ from hypothesis import strategies as st
 
 from sim.cli import main
 from sim.core.errors import ScenarioError
-from sim.sweeps.run import Store, pool_backend, prepare_tasks, run_key, run_sweep, serial_backend
+from sim.sweeps.backends import pool_backend, serial_backend
+from sim.sweeps.keys import run_key
+from sim.sweeps.run import Store, run_sweep
 from sim.sweeps.spec import build_plan, expand_range, parse_values
+from sim.sweeps.tasks import prepare_tasks
 
 GEN3 = os.path.join(ROOT, "scenarios", "gen3_5090.yaml")
 SWEEPS = os.path.join(ROOT, "scenarios", "sweeps")
@@ -112,7 +115,7 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, args, words):
 # --- keys: what makes a stored row stale ------------------------------------------------------------------------
 
 def test_keys_follow_the_resolved_scenario(tmp_path):
-    from sim.config.scenario import load_scenario
+    from sim.config.load import load_scenario
 
     _, a = load_scenario(GEN3, FAST)
     _, same = load_scenario(GEN3, [*FAST, "description=another text"])
@@ -189,7 +192,7 @@ def test_one_worker_two_workers_and_dask_give_identical_tables(tmp_path):
     distributed = pytest.importorskip("distributed")
     one = run_sweep(gen3_plan(seeds=2), str(tmp_path / "one"), 3, backend=serial_backend, quiet=True)
     two = run_sweep(gen3_plan(seeds=2), str(tmp_path / "two"), 3, backend=pool_backend(2), quiet=True)
-    from sim.sweeps.run import DaskBackend
+    from sim.sweeps.backends import DaskBackend
 
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
         dask = run_sweep(gen3_plan(seeds=2), str(tmp_path / "dask"), 3, backend=DaskBackend(c.scheduler_address),
@@ -264,7 +267,7 @@ def test_rows_hold_axes_seed_and_every_metric(tmp_path):
     assert list(frame.columns[:5]) == ["point", "machines.strata_box.gpus.gpu0.reserved_gib",
                                        "machines.strata_box.engine.policy", "seed", "key"]
     assert len(frame) == 12 and {"decode_tok_s", "expert_hit_rate", "ttft_mean_s"} <= set(frame.columns)
-    from sim.config.scenario import load_scenario
+    from sim.config.load import load_scenario
     from sim.runner import run
 
     t = res.tasks[7]
@@ -365,7 +368,7 @@ def test_a_changed_calibration_file_reuses_no_row(tmp_path):
 
 
 def test_a_lost_worker_saves_what_is_done_and_says_so(tmp_path):
-    from sim.sweeps.run import BackendFailure
+    from sim.sweeps.backends import BackendFailure
 
     def dies_after_two(tasks):
         for i, item in enumerate(serial_backend(tasks)):

@@ -16,7 +16,7 @@ from conftest import HOME_LAB, ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.sweeps.run import results_columns, results_frame
+from sim.sweeps.results import results_columns, results_frame
 from sim.sweeps.spec import Axis
 from sim.sweeps.table import csv_text, write_parquet
 

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_moe_serve import moe_scenario
 
-from sim.config.scenario import Serve
+from sim.config.serve import Serve
 from sim.core.errors import ScenarioError
 from sim.serving.workload import RequestTable, agent_contexts, build_table, read_trace
 

@@ -52,7 +52,11 @@ from sim.calibration.targets import (
     simulated,
     without_calibration,
 )
-from sim.config.scenario import Calibrate, Scenario, get_dotted, load_scenario, number_at, read_calibrate, read_yaml
+from sim.config.calibrate import Calibrate
+from sim.config.load import load_scenario, read_calibrate
+from sim.config.paths import get_dotted, number_at
+from sim.config.scenario import Scenario
+from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
 from sim.core.tables import read_measured
 
@@ -144,17 +148,14 @@ def observations(logs: list[str], tables: list[str]) -> list[Observation]:
     return out
 
 
-def simulate(scn: Scenario, obs: list[Observation], seed: int, replicas: int = 1) -> list[dict[str, float]]:
+def replay(scn: Scenario, obs: list[Observation], seed: int, replicas: int = 1) -> list[dict[str, float]]:
     """Replay the observed requests one after another on the scenario's engine, each ``replicas`` times; per
     request, the medians of its observables over its replicas."""
-    from sim.moe.serve import setup_engine
-    from sim.serving.queue import request_work
-    from sim.serving.queue import simulate as run_events
+    from sim.engines import kind_for
     from sim.serving.workload import RequestTable
 
-    sv = scn.serve
-    assert sv is not None
-    eng = setup_engine(scn, sv.machine)
+    kind = kind_for(scn)
+    assert kind is not None
     n = len(obs) * replicas
 
     def col(values: list) -> np.ndarray:
@@ -163,19 +164,18 @@ def simulate(scn: Scenario, obs: list[Observation], seed: int, replicas: int = 1
     table = RequestTable(np.full(n, np.nan), col([o.prompt_tokens for o in obs]), col([o.cached_tokens for o in obs]),
                          col([o.output_tokens for o in obs]), col([o.acceptance for o in obs]),
                          np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
-    rng = np.random.default_rng(seed)
-    work = request_work(eng, table, None, rng)
-    tl, _ = run_events(table, work, 1, sv.request_overhead_s, 0.0, "fixed", None, None, rng)
-    d = work.decode
-    new = table.prompt_tokens - table.cached_tokens
+    c = kind.replay(scn, table, np.random.default_rng(seed)).requests.columns
+    new = c["prompt_tokens"] - c["cached_tokens"]
     reads_only = col([o.engine in READS_ONLY_SHARE for o in obs])
     with np.errstate(divide="ignore", invalid="ignore"):
-        per = {"prefill_tok_s": np.where(work.prefill_s > 0, new / work.prefill_s, np.nan),
-               "decode_tok_s": np.where(d["decode_s"] > 0, work.output_tokens / d["decode_s"], np.nan),
-               "ttft_s": tl.first_token_s - tl.sent_s,
-               "expert_hit_rate": d["hits"] / np.maximum(d["lookups"], 1),
-               "pcie_share": (d["peer_experts"] + d["cpu_experts"] * ~reads_only + d["pcie_reads"])
-               / np.maximum(d["routed"], 1)}
+        per = {"prefill_tok_s": np.where(c["prefill_s"] > 0, new / c["prefill_s"], np.nan),
+               "decode_tok_s": np.where(c["decode_s"] > 0, c["output_tokens"] / c["decode_s"], np.nan),
+               "ttft_s": c["ttft_s"],
+               "expert_hit_rate": np.where(c["lookups"] > 0, c["vram_hits"] / c["lookups"], np.nan),
+               # what the engine's log calls its PCIe share (READS_ONLY_SHARE): routed experts not served from the
+               # engine GPU's VRAM, or of those only what crossed PCIe or came from another GPU
+               "pcie_share": np.where(c["routed"] > 0, (c["peer_experts"] + c["cpu_experts"] * ~reads_only
+                                                        + c["pcie_reads"]) / c["routed"], np.nan)}
     medians = {k: np.median(v.reshape(replicas, len(obs)), axis=0) for k, v in per.items()}
     return [{k: float(v[i]) for k, v in medians.items()} for i in range(len(obs))]
 
@@ -223,7 +223,7 @@ class Problem:
         replayed: list[dict[str, float]] = []
         if any(t.how == "request" for t in targets):
             scn = load_scenario(self.path, [*without_calibration(self.path, self.exclude), *params])[0]
-            replayed = simulate(scn, self.obs, self.seed, scn.calibrate.replicas)
+            replayed = replay(scn, self.obs, self.seed, scn.calibrate.replicas)
         out = []
         for t in targets:
             if t.how == "request":

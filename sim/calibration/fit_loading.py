@@ -21,12 +21,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sim.config.scenario import Scenario, get_dotted, read_yaml, set_dotted, validate
+from sim.config.load import validate
+from sim.config.paths import get_dotted, set_dotted
+from sim.config.scenario import Scenario
+from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
 from sim.core.tables import number, read_measured
 from sim.core.units import GB, GIB, MIB
 from sim.lab import loading
-from sim.lab.hardware import memory_targets, stage_costs
+from sim.lab.resources import memory_targets, stage_costs
 
 START = {"pcie.efficiency": 0.8, "read_gbps": 2.0, "s_per_gb": 0.1}
 

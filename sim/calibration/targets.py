@@ -25,9 +25,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.config.scenario import Calibrate, CellSpec, Scenario, TableMap, load_scenario, read_yaml
+from sim.config.calibrate import Calibrate, CellSpec, TableMap
+from sim.config.load import load_scenario
+from sim.config.scenario import Scenario
+from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
 from sim.core.tables import read_measured
+from sim.serving.served import ServedRequests
 
 BASE = "base"
 
@@ -270,23 +274,26 @@ def without_calibration(path: str, exclude: str | None) -> list[str]:
 class Runs:
     """Simulated experiments of one evaluation: per experiment key, (metrics, served requests)."""
 
-    results: dict[str, tuple[dict[str, float], list]] = field(default_factory=dict)
+    results: dict[str, tuple[dict[str, float], ServedRequests]] = field(default_factory=dict)
     pooled: dict[tuple[str, ...], dict] = field(default_factory=dict)  # bucket arrays of pooled experiments
 
     def bucket_arrays(self, experiments: tuple[Experiment, ...]) -> dict:
         """Per-request spill, hit rate and decode of the pooled experiments' requests, computed once per pool."""
-        from sim.moe.serve import bucket_arrays
+        from sim.serving.metrics import bucket_arrays
 
         keys = tuple(e.key for e in experiments)
         if keys not in self.pooled:
-            self.pooled[keys] = bucket_arrays([r for k in keys for r in self.results[k][1]])
+            pooled = self.results[keys[0]][1]
+            for k in keys[1:]:
+                pooled = pooled + self.results[k][1]
+            self.pooled[keys] = bucket_arrays(pooled)
         return self.pooled[keys]
 
 
 def run_experiments(targets: list[Target], params: list[str], seed: int, exclude: str | None) -> Runs:
     """Simulate every experiment the targets need once, each with ``params`` (``--set`` strings) applied before the
     experiment's own overrides, and the calibration file ``exclude`` left out."""
-    from sim.moe.serve import serve, serve_metrics
+    from sim.engines import kind_for
 
     runs = Runs()
     for t in targets:
@@ -302,8 +309,10 @@ def run_experiments(targets: list[Target], params: list[str], seed: int, exclude
                 raise ScenarioError(exp.scenario, "serve", "a serve section: the measured tables are simulated "
                                     "by serving requests")
             rng = np.random.default_rng([seed, zlib.crc32(exp.key.encode())])
-            eng, recs, tl = serve(scn, rng)
-            runs.results[exp.key] = (serve_metrics(eng, recs, tl), recs)
+            kind = kind_for(scn)
+            assert kind is not None  # a serve section was checked for above
+            served = kind.serve(scn, rng)
+            runs.results[exp.key] = (kind.metrics(served), served.requests)
     return runs
 
 
@@ -319,7 +328,7 @@ def check_metrics(targets: list[Target], runs: Runs) -> None:
 
 def simulated(t: Target, runs: Runs) -> float:
     """The simulated value of a target from the runs of one evaluation (NaN: the run has no such figure)."""
-    from sim.moe.serve import bucket_requests
+    from sim.serving.metrics import bucket_requests
 
     if t.how == "bucket":
         _, rate = bucket_requests(runs.bucket_arrays(t.experiments), *t.where)

@@ -15,7 +15,9 @@ import os
 
 import numpy as np
 
-from sim.config.scenario import load_scenario, number_at, read_yaml
+from sim.config.load import load_scenario
+from sim.config.paths import number_at
+from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
 
 
@@ -92,7 +94,7 @@ def calibrated_parameters(path: str, overrides: list[str]
 
 def _log_value(raw: dict, name: str, source: str, key: str) -> float:
     """log of the positive number the scenario uses at ``name``; one line naming ``key`` otherwise."""
-    from sim.config.scenario import get_dotted
+    from sim.config.paths import get_dotted
 
     found, value = get_dotted(raw, name)
     number = number_at(value) if found else None
@@ -155,3 +157,30 @@ def run_with_uncertainty(path: str, overrides: list[str], draws: int, seed: int)
             samples.setdefault(key, []).append(value)
     out = {key: interval(values) for key, values in samples.items() if len(values) == draws}
     return {"draws": draws, "parameters": names, "held": held, "metrics": out}
+
+
+def breakeven_with_uncertainty(path: str, overrides: list[str], model: str, a: str, b: str, draws: int,
+                               seed: int) -> dict:
+    """The break-even and the clear-win boundary over ``draws`` parameter vectors: median
+    and 90% interval of each (infinite: never), how often each machine is the faster decoder, and in how many draws
+    the machines never break even. The clear win is that of the machine that decodes faster at the scenario's own
+    values (``clear_win_machine``): from how many tokens it wins clearly, never in a draw where it does not. The
+    break-even divides a load-time difference by a difference of reciprocal decode rates, so scatter in single-sample
+    rates moves it far."""
+    from sim.lab.breakeven import breakeven
+
+    names, held, draw_sets = parameter_draws(path, overrides, draws, seed)
+    fast = breakeven(load_scenario(path, overrides)[0], model, a, b, seed)["faster_decoder"] or a
+    cross, clear, faster = [], [], []
+    for k, sets in enumerate(draw_sets):
+        scn, _ = load_scenario(path, sets)
+        r = breakeven(scn, model, a, b, seed + k)
+        region = r["clear_win"][fast]
+        cross.append(r["breakeven_tokens"])
+        clear.append(region[0] if region is not None and math.isinf(region[1]) else math.inf)
+        faster.append(r["faster_decoder"])
+    return {"draws": draws, "parameters": names, "held": held,
+            "breakeven_tokens": interval(cross) | {"never_share": float(np.mean(np.isinf(cross)))},
+            "clear_win_machine": fast,
+            "clear_win_tokens": interval(clear) | {"never_share": float(np.mean(np.isinf(clear)))},
+            "faster_decoder_share": {m: float(np.mean([f == m for f in faster])) for m in (a, b)}}

@@ -50,7 +50,7 @@ class Cell:
 
 
 def loading_cells(root: str) -> list[Cell]:
-    from sim.config.scenario import load_scenario
+    from sim.config.load import load_scenario
     from sim.lab.probes import probe_machine
 
     scn, _ = load_scenario(os.path.join(root, "scenarios", "home_lab.yaml"))
@@ -74,7 +74,7 @@ def declared_cells(root: str, scenario_file: str) -> list[Cell]:
     """Every cell of the tables ``scenarios/<scenario_file>`` maps under ``calibrate.tables`` (read from
     ``calibration/``), simulated as ``sim calibrate`` simulates them, at the scenario's shipped calibration."""
     from sim.calibration.targets import TargetBuilder, check_metrics, run_experiments, simulated
-    from sim.config.scenario import load_scenario
+    from sim.config.load import load_scenario
 
     path = os.path.join(root, "scenarios", scenario_file)
     cal = load_scenario(path)[0].calibrate

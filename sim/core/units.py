@@ -33,8 +33,3 @@ def pcie_paper_gbps(gen: int, lanes: int) -> float:
     if lanes not in PCIE_LANE_COUNTS:
         raise ValueError(f"PCIe lane count {lanes} is not one of {PCIE_LANE_COUNTS}")
     return PCIE_LANE_GBPS[gen] * lanes
-
-
-def gib_to_gb(gib: float) -> float:
-    """Binary GiB to decimal GB."""
-    return gib * GIB / GB

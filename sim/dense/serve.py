@@ -1,393 +1,92 @@
-"""Serving a dense model with continuous batching (vLLM / Sarathi style) on one GPU.
+"""Serving a dense model with continuous batching: the dense engine kind.
 
-Set-up: the weights and the runtime take their VRAM; what other tenants leave beyond that is the KV pool (or
-``iteration.kv_pool_gib``), counted in tokens of context.
-
-Scheduling, iteration by iteration (:class:`DenseEngine`):
-
-- a request is admitted, first come first served, when fewer than ``parallel`` sequences run and the KV pool can hold
-  its whole prompt (reserved at admission); a request whose prompt and output together exceed the pool is rejected
-  at once (it could never finish; engines refuse requests beyond their maximum length);
-- every iteration processes each decoding sequence's next token, then fills what is left of ``token_budget`` with
-  chunks of the admitted prompts, oldest first (chunked prefill); the iteration that reads a prompt's last chunk
-  yields its first token;
-- each decoding sequence's KV grows by a token per iteration; when the pool cannot hold the next iteration's growth,
-  the running request that arrived last (decoding or still prefilling) is preempted: its KV is freed and it goes
-  back to the head of the queue, to prefill its prompt and the tokens it had generated again (recompute, as vLLM);
-- admission is judged with the KV as it will be when the iteration in progress ends, where the request joins;
-- iteration times come from the roofline of :mod:`sim.dense_step`.
-
-Event granularity: prefill iterations are one event each (a few per prompt); between two events a decode-only batch
-runs in closed form, up to its next completion or until the pool fills, and is cut at the end of the iteration in
-progress when a request is admitted. Per decoding sequence nothing is updated per iteration: its tokens, KV and GPU
-share follow from global iteration and share counters read when it joins and when it leaves. ``exact=True`` runs
-every decode iteration as its own event instead (the reference the closed form is tested against).
+``serve`` builds the workload (:mod:`sim.serving.workload`) and moves it through the queue into the batching loop
+of :mod:`sim.dense.server`, whose iterations cost what the roofline of :mod:`sim.dense.step` says. Metrics: the
+server's (throughput, TTFT, queueing), decode rates and time per output token, batch size, KV use and preemptions,
+and how many iterations were bound by memory reads.
 """
 
 from __future__ import annotations
 
-import heapq
-from array import array
-from dataclasses import dataclass
+from collections.abc import Iterable
+from functools import partial
 
 import numpy as np
-import simpy
 
-from sim.config.scenario import Engine as EngineSpec
 from sim.config.scenario import Scenario
-from sim.core.errors import SimulationError
-from sim.core.units import GIB, MIB
-from sim.dense.step import KIB, IterationCost
-from sim.serving.queue import Engine, Timeline, Work, simulate
+from sim.dense.server import DenseServer
+from sim.dense.setup import DenseSetup, setup_dense
+from sim.serving.engine import ServeRun
+from sim.serving.metrics import load_metrics
+from sim.serving.queue import QueueSpec, Work, run_queue
+from sim.serving.report import load_lines
 from sim.serving.served import ServedRequests
-from sim.serving.workload import build_table
+from sim.serving.workload import RequestTable, build_table
 
 
-@dataclass(frozen=True)
-class DenseSetup:
-    """A dense engine once started: its iteration costs and its KV pool."""
-
-    machine: str
-    engine: EngineSpec
-    model: str
-    cost: IterationCost
-    token_budget: int
-    kv_pool_tokens: int
-    kv_pool_gib: float
-    weights_gib: float
-    tenants_gib: float
-    vram: tuple[tuple[str, float, float], ...]  # per GPU: (name, used MiB, total MiB)
+def _serve_table(setup: DenseSetup, table: RequestTable, max_tokens: int | None, spec: QueueSpec,
+                 rng: np.random.Generator, exact: bool = False) -> ServeRun:
+    out = table.output_tokens if max_tokens is None else np.minimum(table.output_tokens, max_tokens)
+    n = len(table)
+    zeros = np.zeros(n)
+    work = Work(zeros, zeros, zeros, out, out < table.output_tokens, {"decode_s": np.zeros(n)})
+    server = partial(_dense_server, setup=setup, prompt=table.prompt_tokens, cached=table.cached_tokens, exact=exact)
+    tl, eng = run_queue(table, work, spec, rng, server)
+    sums = {"decode_s": work.telemetry["decode_s"], "compute_s": np.asarray(eng.share_s)}
+    requests = ServedRequests.of_run(table, tl, out, np.asarray(eng.prefill_s), sums, np.asarray(eng.share_s))
+    return ServeRun(setup, requests, tl, dict(eng.stats))
 
 
-def setup_dense(scn: Scenario, machine: str) -> DenseSetup:
-    m = scn.machines[machine]
-    e = m.engine
-    assert e is not None and e.iteration is not None
-    spec = scn.models[e.model]
-    arch = spec.dense
-    assert arch is not None
-    gpu = m.gpus[e.gpu]
-    card = scn.gpus[gpu.type]
-    it = e.iteration
-    left = card.vram_gib - gpu.reserved_gib - spec.weights_gib - e.runtime_gib
-    pool = it.kv_pool_gib if it.kv_pool_gib is not None else left
-    if left <= 0 or pool > left + 1e-9:
-        raise SimulationError(f"machines.{machine}.engine: does not fit on {e.gpu}: {card.vram_gib:g} GiB less other "
-                              f"tenants {gpu.reserved_gib:g} GiB, weights {spec.weights_gib:g} GiB and runtime "
-                              f"{e.runtime_gib:g} GiB leaves {left:.2f} GiB for a KV pool"
-                              + (f" of {pool:g} GiB" if it.kv_pool_gib is not None else ""))
-    tokens = int(pool * GIB // (arch.kv_kib_per_token * KIB))
-    if tokens < 1:
-        raise SimulationError(f"machines.{machine}.engine: a KV pool of {pool:g} GiB holds no token of "
-                              f"{arch.kv_kib_per_token:g} KiB")
-    assert it.memory_efficiency is not None and it.compute_efficiency is not None and it.overhead_s is not None
-    assert card.hbm_gbps is not None and card.tflops is not None
-    cost = IterationCost.build(spec.weights_gib * GIB, arch.kv_kib_per_token, arch.params_b, arch.layers,
-                               arch.hidden, card.hbm_gbps, card.tflops, it.memory_efficiency,
-                               it.compute_efficiency, it.overhead_s)
-    used = (gpu.reserved_gib + spec.weights_gib + e.runtime_gib + pool) * GIB / MIB
-    return DenseSetup(machine, e, e.model, cost, it.token_budget, tokens, pool, spec.weights_gib, gpu.reserved_gib,
-                      ((e.gpu, used, card.vram_gib * GIB / MIB),))
+def _dense_server(env, work, spec, tl, done, setup: DenseSetup, prompt: np.ndarray, cached: np.ndarray,
+                  exact: bool) -> DenseServer:
+    return DenseServer(env, work, spec, tl, done, setup, prompt, cached, exact)
 
 
-class DenseEngine(Engine):
-    """Admission and queue as :class:`sim.server.Engine`; the GPU runs iterations of the whole batch."""
-
-    def __init__(self, env: simpy.Environment, work: Work, parallel: int, queue_limit: int | None,
-                 timeout_s: float | None, tl: Timeline, done, setup: DenseSetup, prompt: np.ndarray,
-                 cached: np.ndarray, exact: bool = False) -> None:
-        super().__init__(env, work, parallel, queue_limit, timeout_s, tl, done)
-        self.setup, self.cost, self.exact = setup, setup.cost, exact
-        self.capacity = setup.kv_pool_tokens
-        n = len(prompt)
-        # per request, as compact arrays (8 bytes each: a million requests cost tens of MB, not hundreds)
-        self.prompt = array("q", prompt.tolist())  # prompt tokens (a readmission prefills these and those generated)
-        self.cached = array("q", cached.tolist())
-        self.output = array("q", work.output_tokens.tolist())
-        self.generated = array("q", bytes(8 * n))
-        self.share_s = array("d", bytes(8 * n))  # GPU seconds: each iteration's time divided among its sequences
-        self.prefill_s = array("d", bytes(8 * n))  # seconds of the iterations that carried its prompt's chunks
-        self.preempted_count = array("q", bytes(8 * n))
-        # decoding sequences: join state, read back when they leave (nothing per iteration)
-        self.join_iter = array("q", bytes(8 * n))
-        self.join_context = array("q", bytes(8 * n))
-        self.join_share = array("d", bytes(8 * n))
-        self.decoding: dict[int, None] = {}  # in join order (the last is preempted first)
-        self.finish_heap: list[tuple[int, int]] = []  # (iteration at which it has all its tokens, request)
-        self.iteration = 0  # decode iterations so far (each decoding sequence gains a token per iteration)
-        self.share_clock = 0.0  # sum over iterations of seconds / sequences in it, for decoding sequences
-        self.context_join_sum = 0  # sum of join_context - join_iter over the decoding sequences
-        self.prefilling: list[list[int]] = []  # [request, tokens left, tokens done], admission order
-        self.reserved = 0  # KV tokens of the admitted prompts not yet decoding
-        self.run: tuple[float, int, int, int] | None = None  # the decode run in progress: (start, k, context, n)
-        self.growth = 0  # KV tokens the mixed iteration in progress adds when it ends
-        self.wake = env.event()
-        self.stats = {"iterations": 0, "memory_bound_iterations": 0, "prefill_iterations": 0, "preemptions": 0,
-                      "batch_area": 0.0, "kv_area": 0.0, "kv_peak_tokens": 0, "busy_s": 0.0}
-        env.process(self._loop())
-
-    # --- admission -------------------------------------------------------------------------------------------
-    def _kv_used(self) -> int:
-        return self.reserved + self.context_join_sum + len(self.decoding) * self.iteration
-
-    def _need(self, i: int) -> int:
-        return self.prompt[i] + self.generated[i] + 1
-
-    def _admissible(self, i: int) -> bool:  # its whole sequence must fit in the pool, or it could never finish
-        return self.prompt[i] + self.output[i] + 1 <= self.capacity
-
-    def _kv_at_boundary(self) -> int:
-        """KV tokens in use when the iteration in progress ends (where an admission would join): a decode run's
-        sequences have grown by a token per iteration since it started, and that iteration's too."""
-        used = self._kv_used()
-        if self.run is None:
-            return used + self.growth
-        start, k, context, n = self.run
-        return used + k * min(self.cost.steps_within(k, context, n, self.env.now - start) + 1, n)
-
-    def _has_room(self, i: int) -> bool:
-        return len(self.active) < self.parallel and self._kv_at_boundary() + self._need(i) <= self.capacity
-
-    def _progress(self, dt: float, k: int) -> None:  # the loop tracks progress itself
-        return
-
-    def _schedule(self) -> None:  # the loop plans its own iterations
-        return
-
-    def _cancel(self, i: int) -> None:
-        if self.generated[i] == 0 and self.preempted_count[i] == 0:  # a preempted request is not the client's to drop
-            super()._cancel(i)
-
-    def _start(self, i: int) -> None:
-        self.queued.discard(i)
-        if self.tl.start_s[i] != self.tl.start_s[i]:
-            self.tl.start_s[i] = self.env.now
-        self.active[i] = 0.0
-        total = self.prompt[i] + self.generated[i]
-        new = total - (self.cached[i] if self.preempted_count[i] == 0 else 0)
-        self.reserved += total
-        self.prefilling.append([i, max(new, 1), total - max(new, 1)])
-        if not self.wake.triggered:
-            self.wake.succeed()
-
-    # --- decoding set ----------------------------------------------------------------------------------------
-    def _join(self, i: int) -> None:
-        """Request ``i`` has its first token: it decodes from the next iteration on."""
-        left = self.output[i] - self.generated[i]
-        context = self.prompt[i] + self.generated[i]  # its first token included
-        self.reserved -= context - 1  # what its admission reserved
-        if left <= 0:
-            self._leave(i)
-            return
-        self.join_iter[i], self.join_context[i], self.join_share[i] = self.iteration, context, self.share_clock
-        self.context_join_sum += context - self.iteration
-        self.decoding[i] = None
-        heapq.heappush(self.finish_heap, (self.iteration + left, i))
-
-    def _depart(self, i: int) -> None:
-        """Take ``i`` out of the decoding set (its KV goes with it), with the tokens and GPU share it gained."""
-        del self.decoding[i]
-        self.generated[i] += self.iteration - self.join_iter[i]
-        self.share_s[i] += self.share_clock - self.join_share[i]
-        self.context_join_sum -= self.join_context[i] - self.join_iter[i]
-
-    def _leave(self, i: int) -> None:
-        del self.active[i]
-        self.in_system -= 1
-        self.work.decode["decode_s"][i] = self.env.now - self.tl.first_token_s[i]
-        self._finish(i, "length" if self.work.capped[i] else "stop")
-
-    def _preempt(self) -> None:
-        """Free the KV of the running request that arrived last (decoding or prefilling) and queue it first, to
-        prefill its prompt and what it generated again."""
-        arrival = self.tl.arrival_s
-        i = max(self.active, key=lambda r: (arrival[r], r))
-        if i in self.decoding:
-            self._depart(i)
-        else:  # its prompt's chunks so far are lost with its reservation
-            entry = next(e for e in self.prefilling if e[0] == i)
-            self.prefilling.remove(entry)
-            self.reserved -= self.prompt[i] + self.generated[i]
-        del self.active[i]
-        self.preempted_count[i] += 1
-        self.stats["preemptions"] += 1
-        self.queue.appendleft(i)
-        self.queued.add(i)
-
-    def _due_at(self, i: int) -> int | None:
-        """The iteration at which decoding request ``i`` has all its tokens (None: not decoding)."""
-        return self.join_iter[i] + self.output[i] - self.generated[i] if i in self.decoding else None
-
-    def _complete_due(self) -> None:
-        heap = self.finish_heap
-        while heap and heap[0][0] <= self.iteration:
-            _, i = heapq.heappop(heap)
-            if self._due_at(i) == self.iteration:  # else stale: preempted since
-                self._depart(i)
-                self._leave(i)
-
-    def _admit_waiting(self) -> None:
-        while self.queue and self._has_room(self.queue[0]):
-            self._start(self.queue.popleft())
-
-    # --- the GPU ---------------------------------------------------------------------------------------------
-    busy_while_active = False  # busy only while an iteration runs (counted by _busy), not while a prompt waits
-
-    def _next_due(self) -> int:
-        heap = self.finish_heap
-        while self._due_at(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)  # preempted since: stale
-        return heap[0][0]
-
-    def _loop(self):
-        env = self.env
-        while True:
-            if self.wake.triggered:  # admissions so far are in the prefill list already
-                self.wake = env.event()
-            if not self.prefilling and not self.decoding:
-                yield self.wake
-                continue
-            while self.active and self._kv_used() + len(self.decoding) > self.capacity:
-                self._preempt()  # a lone request always fits (admission checked its whole sequence)
-            if not self.prefilling and not self.decoding:
-                continue
-            k = len(self.decoding)
-            context = self._kv_used() - self.reserved  # KV tokens the decoding sequences read
-            budget = self.setup.token_budget - k
-            if self.prefilling and budget > 0:
-                yield from self._mixed_iteration(k, context, budget)
-            else:
-                yield from self._decode_run(k, context)
-            self._admit_waiting()
-
-    def _mixed_iteration(self, k: int, context: int, budget: int):
-        """One iteration: every decoding sequence's token, then prompt chunks in the rest of the budget."""
-        env, st = self.env, self.stats
-        chunks: list[tuple[list[int], int]] = []
-        reads, pairs = float(context), float(context)
-        for entry in self.prefilling:
-            take = min(budget, entry[1])
-            chunks.append((entry, take))
-            reads += entry[2] + take
-            pairs += take * entry[2] + take * (take + 1) / 2
-            budget -= take
-            if budget == 0:
-                break
-        tokens = k + sum(take for _, take in chunks)
-        dt, memory_bound = self.cost.iteration_s(tokens, reads, pairs)
-        kv = self._kv_used()
-        growth = k + sum(take == entry[1] for entry, take in chunks)  # a token per sequence, and first tokens
-        self.growth = growth
-        yield env.timeout(dt)
-        self.growth = 0
-        self._account()
-        members = k + len(chunks)
-        st["iterations"] += 1
-        st["prefill_iterations"] += 1
-        st["memory_bound_iterations"] += memory_bound
-        self._busy(dt, members, kv, kv + growth)
-        if k:
-            self.iteration += 1
-            self.share_clock += dt / members
-        for entry, take in chunks:
-            i = entry[0]
-            self.share_s[i] += dt / members
-            self.prefill_s[i] += dt * take / tokens  # its chunk's share of the iteration
-            entry[1] -= take
-            entry[2] += take
-        self._complete_due()
-        done = [entry for entry, _ in chunks if entry[1] == 0]
-        if done:
-            self.prefilling = [entry for entry in self.prefilling if entry[1] > 0]
-            for entry in done:
-                i = entry[0]
-                if self.tl.first_token_s[i] != self.tl.first_token_s[i]:
-                    self.tl.first_token_s[i] = env.now
-                self.generated[i] += 1  # the prompt's last chunk yields a token
-                self._join(i)
-
-    def _decode_run(self, k: int, context: int):
-        """Decode-only iterations up to the next completion or until the KV pool is full, cut at the end of the
-        iteration in progress when a request is admitted."""
-        env, cost, st = self.env, self.cost, self.stats
-        n = min(self._next_due() - self.iteration, (self.capacity - self._kv_used()) // k)
-        if self.exact:
-            n = 1
-        start = env.now
-        kv = self._kv_used()
-        total = cost.run_s(k, context, n)
-        timer = env.timeout(total)
-        self.run = (start, k, context, n)
-        yield timer | self.wake
-        done = n
-        if not timer.processed:  # an admission: finish the iteration in progress, then let its prompt in
-            done = min(cost.steps_within(k, context, n, env.now - start) + 1, n)
-            end = start + cost.run_s(k, context, done)
-            if end > env.now:
-                yield env.timeout(end - env.now)
-        self.run = None
-        self._account()
-        elapsed = cost.run_s(k, context, done)
-        st["iterations"] += done
-        st["memory_bound_iterations"] += cost.memory_bound_steps(k, context, done)
-        self._busy(elapsed, k, kv, kv + k * done)
-        self.iteration += done
-        self.share_clock += elapsed / k
-        self._complete_due()
-
-    def _busy(self, seconds: float, members: int, kv_before: int, kv_after: int) -> None:
-        """Count ``seconds`` of iterations of ``members`` sequences, the KV in use growing from ``kv_before`` to
-        ``kv_after`` tokens."""
-        st = self.stats
-        st["busy_s"] += seconds
-        st["batch_area"] += seconds * members
-        st["kv_area"] += seconds * (kv_before + kv_after) / 2
-        st["kv_peak_tokens"] = max(st["kv_peak_tokens"], kv_after)
-        self.tl.busy_s += seconds
-
-
-def serve_dense(scn: Scenario, rng: np.random.Generator, exact: bool = False):
-    """Serve the scenario's workload on its dense engine: returns the set-up, one record per request (in sending
-    order), the run's timeline and the engine's counters."""
+def serve_dense(scn: Scenario, rng: np.random.Generator, exact: bool = False) -> ServeRun:
+    """Serve the scenario's workload on its dense engine (``exact``: every decode iteration its own event)."""
     assert scn.serve is not None
     sv = scn.serve
     setup = setup_dense(scn, sv.machine)
     table = build_table(sv, rng)
-    out = table.output_tokens if sv.max_tokens is None else np.minimum(table.output_tokens, sv.max_tokens)
-    n = len(table)
-    zeros = np.zeros(n)
-    work = Work(zeros, zeros, zeros, out, out < table.output_tokens, {"decode_s": np.zeros(n)})
-    def factory(env, work_, parallel, queue_limit, timeout_s, tl, done):
-        return DenseEngine(env, work_, parallel, queue_limit, timeout_s, tl, done, setup, table.prompt_tokens,
-                           table.cached_tokens, exact)
-
-    w = sv.workload
-    tl, eng = simulate(table, work, setup.engine.parallel, sv.request_overhead_s, w.think_s, w.think_law,
-                       sv.admission.queue_limit, sv.admission.timeout_s, rng, factory)
-    ok = np.array([e in ("stop", "length") for e in tl.end], dtype=bool)
-    zero = np.zeros(n, dtype=np.int64)
-    share = np.where(ok, eng.share_s, 0.0)
-    start = np.where(ok, tl.start_s, tl.end_s)
-    cols = {"id": np.arange(n, dtype=np.int64), "prompt_tokens": table.prompt_tokens.astype(np.int64),
-            "output_tokens": np.where(ok, out, 0).astype(np.int64), "start_s": tl.start_s.copy(),
-            "ttft_s": np.where(ok, tl.first_token_s - tl.sent_s, np.nan),
-            "decode_s": np.where(ok, work.decode["decode_s"], 0.0), "compute_s": share, "stall_s": np.zeros(n),
-            "break_s": np.zeros(n), "idle_s": np.zeros(n), "sent_s": tl.sent_s.copy(), "arrival_s": tl.arrival_s.copy(),
-            "queue_wait_s": start - tl.arrival_s, "prefill_s": np.where(ok, eng.prefill_s, 0.0),
-            "end_s": tl.end_s.copy(), "end": np.array(tl.end, dtype=object),
-            "cached_tokens": table.cached_tokens.astype(np.int64), "client": table.client.astype(np.int64),
-            "decode_gpu_s": share}
-    cols |= {k: zero for k in ("lookups", "hits", "peer_lookups", "disk_lookups", "routed", "pcie_reads",
-                               "cpu_experts", "peer_experts", "disk_reads")}
-    return setup, ServedRequests(cols), tl, eng.stats
+    return _serve_table(setup, table, sv.max_tokens, QueueSpec.of(sv, setup.spec.parallel), rng, exact)
 
 
-def dense_metrics(setup: DenseSetup, recs: ServedRequests, tl: Timeline, stats: dict) -> dict[str, float]:
-    """Load metrics (:func:`sim.moe_serve.load_metrics`), decode rates and time per output token, batch size, KV
+class DenseEngine:
+    """The dense engine kind (:class:`sim.serving.engine.EngineKind`)."""
+
+    name = "dense"
+
+    def setup(self, scn: Scenario, machine: str) -> DenseSetup:
+        return setup_dense(scn, machine)
+
+    def serve(self, scn: Scenario, rng: np.random.Generator) -> ServeRun:
+        return serve_dense(scn, rng)
+
+    def replay(self, scn: Scenario, table: RequestTable, rng: np.random.Generator) -> ServeRun:
+        """One request after another, alone on the engine; no cap on lengths."""
+        assert scn.serve is not None
+        setup = setup_dense(scn, scn.serve.machine)
+        return _serve_table(setup, table, None, QueueSpec(1, scn.serve.request_overhead_s), rng)
+
+    def metrics(self, run: ServeRun) -> dict[str, float]:
+        return dense_metrics(run)
+
+    def tables(self, run: ServeRun) -> dict[str, Iterable[dict]]:
+        return {"requests": run.requests.table_rows()}
+
+    def summary(self, run: ServeRun) -> dict:
+        return {}
+
+    def report_lines(self, scn: Scenario, run: ServeRun, metrics: dict[str, float]) -> list[str]:
+        return report_lines(scn, run, metrics)
+
+
+def dense_metrics(run: ServeRun) -> dict[str, float]:
+    """Load metrics (:func:`sim.serving.metrics.load_metrics`), decode rates and time per output token, batch size, KV
     use and the roofline regime of the iterations."""
-    from sim.moe.serve import load_metrics
-
-    out = load_metrics(setup, recs, tl)
+    setup: DenseSetup = run.setup
+    recs, tl, stats = run.requests, run.timeline, run.counters
+    out = load_metrics(recs, tl, setup.vram)
     r = recs.subset(recs.served)
     span = tl.makespan_s
     busy = stats["busy_s"]
@@ -420,3 +119,29 @@ def dense_metrics(setup: DenseSetup, recs: ServedRequests, tl: Timeline, stats: 
             out |= {"decode_tok_s_median": float(np.median(1 / tpot)), "tpot_p50_s": float(np.percentile(tpot, 50)),
                     "tpot_p99_s": float(np.percentile(tpot, 99))}
     return out
+
+
+def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float]) -> list[str]:
+    """A dense model under continuous batching: VRAM and KV pool, the roofline, rates, batch and KV use."""
+    eng: DenseSetup = run.setup
+    e, c = eng.spec, eng.cost
+    card = scn.gpus[scn.machines[eng.machine].gpus[e.gpu].type]
+    it = e.iteration
+    assert it is not None
+    out = ["", f"Serving {eng.model} (dense) on {eng.machine} ({e.gpu}): continuous batching of up to {e.parallel} "
+           f"sequences, {eng.token_budget} tokens per iteration (chunked prefill)",
+           f"  VRAM {card.vram_gib:.2f} GiB = other tenants {eng.tenants_gib:.2f} + weights {eng.weights_gib:.2f} + "
+           f"runtime {e.runtime_gib:.2f} + KV pool {eng.kv_pool_gib:.2f} GiB ({eng.kv_pool_tokens:,} tokens)",
+           f"  an iteration: {c.overhead_s * 1e3:.2f} ms + the longer of reading the weights "
+           f"({c.weights_s * 1e3:.2f} ms at {it.memory_efficiency:.0%} of {card.hbm_gbps:g} GB/s) and the KV, and "
+           f"computing ({c.token_s * 1e6:.1f} us per token at {it.compute_efficiency:.0%} of {card.tflops:g} TFLOP/s)"]
+    if "decode_tok_s" in m:
+        out.append(f"  {int(m['requests'])} requests served, {m['output_tokens'] / m['requests']:.0f} tokens on "
+                   f"average: decode {m['decode_tok_s']:.1f} tok/s per sequence (median request "
+                   f"{m['decode_tok_s_median']:.1f}), time per output token p50 {m.get('tpot_p50_s', 0) * 1e3:.1f} "
+                   f"ms, p99 {m.get('tpot_p99_s', 0) * 1e3:.1f} ms")
+    out.append(f"  {int(m['iterations']):,} iterations, {m['memory_bound_share']:.0%} bound by memory reads, "
+               f"{m['prefill_iteration_share']:.0%} carrying prefill; mean batch {m['batch_mean']:.1f} sequences; "
+               f"KV use mean {m['kv_mean_share']:.1%}, peak {m['kv_peak_share']:.1%} of the pool; "
+               f"{int(m['kv_preemptions'])} preemptions")
+    return out + load_lines(scn, m, e.parallel, eng.vram)

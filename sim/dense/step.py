@@ -39,9 +39,11 @@ class IterationCost:
     pair_s: float  # attention of one (token, context token) pair (s)
 
     @classmethod
-    def build(cls, weights_bytes: float, kv_kib_per_token: float, params_b: float, layers: int, hidden: int,
+    def build(cls, *, weights_bytes: float, kv_kib_per_token: float, params_b: float, layers: int, hidden: int,
               hbm_gbps: float, tflops: float, memory_efficiency: float, compute_efficiency: float,
               overhead_s: float) -> IterationCost:
+        """From the model's geometry (bytes, KiB per token, 1e9 parameters, layers, width), the card's specs (GB/s,
+        TFLOP/s) and the engine's efficiencies (fractions) and overhead (s)."""
         memory = memory_efficiency * hbm_gbps * GB  # bytes/s
         compute = compute_efficiency * tflops * 1e12  # FLOP/s
         return cls(overhead_s, weights_bytes / memory, kv_kib_per_token * KIB / memory, 2 * params_b * 1e9 / compute,

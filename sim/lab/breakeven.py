@@ -158,31 +158,3 @@ def metrics(result: dict) -> dict[str, float]:
                 out[f"{src}clear_win.{m}.from_tokens"] = r[0]
                 out[f"{src}clear_win.{m}.below_tokens"] = r[1]
     return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(float(v))}
-
-
-def breakeven_with_uncertainty(path: str, overrides: list[str], model: str, a: str, b: str, draws: int,
-                               seed: int) -> dict:
-    """The break-even and the clear-win boundary over ``draws`` parameter vectors (:mod:`sim.uncertainty`): median
-    and 90% interval of each (infinite: never), how often each machine is the faster decoder, and in how many draws
-    the machines never break even. The clear win is that of the machine that decodes faster at the scenario's own
-    values (``clear_win_machine``): from how many tokens it wins clearly, never in a draw where it does not. The
-    break-even divides a load-time difference by a difference of reciprocal decode rates, so scatter in single-sample
-    rates moves it far."""
-    from sim.calibration.uncertainty import interval, parameter_draws
-    from sim.config.scenario import load_scenario
-
-    names, held, draw_sets = parameter_draws(path, overrides, draws, seed)
-    fast = breakeven(load_scenario(path, overrides)[0], model, a, b, seed)["faster_decoder"] or a
-    cross, clear, faster = [], [], []
-    for k, sets in enumerate(draw_sets):
-        scn, _ = load_scenario(path, sets)
-        r = breakeven(scn, model, a, b, seed + k)
-        region = r["clear_win"][fast]
-        cross.append(r["breakeven_tokens"])
-        clear.append(region[0] if region is not None and math.isinf(region[1]) else math.inf)
-        faster.append(r["faster_decoder"])
-    return {"draws": draws, "parameters": names, "held": held,
-            "breakeven_tokens": interval(cross) | {"never_share": float(np.mean(np.isinf(cross)))},
-            "clear_win_machine": fast,
-            "clear_win_tokens": interval(clear) | {"never_share": float(np.mean(np.isinf(clear)))},
-            "faster_decoder_share": {m: float(np.mean([f == m for f in faster])) for m in (a, b)}}

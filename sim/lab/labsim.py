@@ -16,16 +16,17 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from sim.config.scenario import Job, Machine, Scenario
+from sim.config.machines import Machine
+from sim.config.scenario import Job, Scenario
 from sim.core.errors import SimulationError
 from sim.core.units import GIB, MIB
 from sim.lab import loading
 from sim.lab.decode import decode_tok_s
 from sim.lab.dispatch import Decision, Estimate, decide
-from sim.lab.hardware import MemoryTarget, has_load_path, memory_targets, model_bytes, stage_costs
 from sim.lab.loadsim import LoadResult, Rig, load
 from sim.lab.pagecache import PageCache
 from sim.lab.residency import Residency
+from sim.lab.resources import MemoryTarget, has_load_path, memory_targets, model_bytes, stage_costs
 
 
 @dataclass

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.core.units import GB
-from sim.lab.hardware import MemoryTarget, StageCosts
+from sim.lab.resources import MemoryTarget, StageCosts
 
 
 @dataclass(frozen=True)

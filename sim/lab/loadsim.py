@@ -12,9 +12,9 @@ import simpy
 
 from sim.core.units import GB
 from sim.lab import loading
-from sim.lab.hardware import StageCosts
 from sim.lab.loading import ChunkPlan, link_rates
 from sim.lab.pagecache import PageCache
+from sim.lab.resources import StageCosts
 
 
 @dataclass

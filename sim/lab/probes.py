@@ -12,12 +12,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import simpy
 
-from sim.config.scenario import Machine, Scenario
+from sim.config.links import link_info
+from sim.config.machines import Machine
+from sim.config.scenario import Scenario
 from sim.core.units import GB, GIB, MIB
-from sim.lab.hardware import link_info, memory_targets, stage_costs
 from sim.lab.loading import plan_chunks
 from sim.lab.loadsim import LoadResult, Rig, load
 from sim.lab.pagecache import PageCache
+from sim.lab.resources import memory_targets, stage_costs
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.lab.hardware import MemoryTarget
 from sim.lab.loading import ChunkPlan
+from sim.lab.resources import MemoryTarget
 
 
 @dataclass

@@ -24,8 +24,10 @@ import simpy
 
 from sim.moe.decode_batch import TierSampler, engine_step_law
 from sim.moe.expert_counts import draws_per_step
+from sim.moe.setup import EngineSetup
 from sim.moe.stepcost import StepTimes
-from sim.serving.queue import Engine, Timeline, Work
+from sim.serving.queue import QueueSpec, Server, Timeline, Work
+from sim.serving.telemetry import LOOKUP_COUNTS, SUM_NAMES
 
 CHUNK_STEPS = 256  # batch steps sampled at once at most
 
@@ -33,7 +35,7 @@ CHUNK_STEPS = 256  # batch steps sampled at once at most
 class BatchSteps:
     """Samples batch step times for a batch of ``k`` sequences (laws built once per ``k``)."""
 
-    def __init__(self, eng, rng: np.random.Generator) -> None:
+    def __init__(self, eng: EngineSetup, rng: np.random.Generator) -> None:
         self.eng, self.rng = eng, rng
         self.params = dataclasses.replace(eng.params, break_mode="per_step")
         self.laws: dict[int, TierSampler] = {}
@@ -57,39 +59,32 @@ class BatchSteps:
         return c.times(self.params), experts
 
 
-class BatchEngine(Engine):
-    """Admission and queue as :class:`sim.server.Engine`; the GPU runs prefills, then batch steps."""
+class BatchServer(Server):
+    """Admission and queue as :class:`sim.serving.queue.Server`; the GPU runs prefills, then batch steps (its own
+    process), and counts as busy whenever a sequence is active."""
 
-    def __init__(self, env: simpy.Environment, work: Work, parallel: int, queue_limit: int | None,
-                 timeout_s: float | None, tl: Timeline, done, steps: np.ndarray, sampler: BatchSteps) -> None:
-        super().__init__(env, work, parallel, queue_limit, timeout_s, tl, done)
+    def __init__(self, env: simpy.Environment, work: Work, spec: QueueSpec, tl: Timeline, done,
+                 steps: np.ndarray, sampler: BatchSteps) -> None:
+        super().__init__(env, work, spec, tl, done)
         self.steps, self.sampler = steps, sampler
         self.prefill_q: list[int] = []
         self.decoding: dict[int, int] = {}  # sequence -> verification steps left
         self.joined: dict[int, float] = {}
         self.wake = env.event()
-        d = work.decode
-        for key in ("decode_s", "first_step_s", "compute_s", "stall_s", "break_s", "idle_s", "routed", "pcie_reads",
-                    "cpu_experts", "peer_experts", "disk_reads"):
-            d[key] = np.zeros(len(steps))
+        d = work.telemetry
+        for key in (*SUM_NAMES, "first_step_s"):  # what the steps add up (batch_lookups gave the lookups)
+            if key not in LOOKUP_COUNTS:
+                d[key] = np.zeros(len(steps))
         env.process(self._loop())
 
-    def _progress(self, dt: float, k: int) -> None:  # the loop tracks the batch's progress itself
-        return
-
     def _start(self, i: int) -> None:
-        self.queued.discard(i)
-        self.tl.start_s[i] = self.env.now
-        self.active[i] = 0.0
+        super()._start(i)
         self.prefill_q.append(i)
         if not self.wake.triggered:
             self.wake.succeed()
 
-    def _schedule(self) -> None:  # the loop plans its own steps
-        return
-
     def _loop(self):
-        env, work, d = self.env, self.work, self.work.decode
+        env, work, d = self.env, self.work, self.work.telemetry
         while True:
             if self.prefill_q:
                 i = self.prefill_q.pop(0)
@@ -122,8 +117,8 @@ class BatchEngine(Engine):
                 done = j + 1
             self._account()
             share = 1.0 / k
-            for key, values in (("compute_s", t.compute_s), ("stall_s", t.stall_s), ("break_s", t.break_s),
-                                ("idle_s", t.host_s), ("pcie_reads", t.pcie_reads), ("cpu_experts", t.cpu_experts),
+            for key, values in (("compute_s", t.compute_s), ("stall_s", t.stall_s), ("eager_s", t.eager_s),
+                                ("host_s", t.host_s), ("pcie_reads", t.pcie_reads), ("cpu_experts", t.cpu_experts),
                                 *experts.items()):
                 d[key][members] += float(values[:done].sum()) * share
             for i in members:
@@ -134,20 +129,17 @@ class BatchEngine(Engine):
                 if self.decoding[i] == 0:
                     del self.decoding[i]
                     d["decode_s"][i] = env.now - self.joined[i]
-                    del self.active[i]
-                    self.in_system -= 1
-                    self._finish(i, "length" if work.capped[i] else "stop")
-            while self.queue and self._has_room(self.queue[0]):
-                self._start(self.queue.popleft())
+                    self._complete(i)
+            self._admit_waiting()
 
 
-def batch_lookups(eng, steps: np.ndarray, d: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+def batch_lookups(eng: EngineSetup, steps: np.ndarray, d: dict[str, np.ndarray], rng: np.random.Generator) -> None:
     """Lookups and the tiers serving them, per sequence: batching does not change which tier serves a lookup."""
     moe = eng.moe
     sl = engine_step_law(eng, eng.popularity, draws_per_step(moe.top_k, 1 + moe.draft.tokens, eng.law.locality))
     lookups = steps * (1 + moe.draft.tokens) * moe.layers * moe.top_k
     by_tier = rng.multinomial(lookups, sl.lookup_shares)
     host = eng.peers
-    d["lookups"], d["hits"] = lookups.astype(float), by_tier[:, 0].astype(float)
+    d["lookups"], d["vram_hits"] = lookups.astype(float), by_tier[:, 0].astype(float)
     d["peer_lookups"] = by_tier[:, 1:host + 1].sum(axis=1).astype(float)
     d["disk_lookups"] = by_tier[:, -1].astype(float)

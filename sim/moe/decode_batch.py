@@ -1,5 +1,6 @@
-"""Decode of many requests at once (counts fidelity): the same mechanism as ``moe_serve.decode_request``, vectorised
-across requests so a 10,000-request trace costs seconds.
+"""Decode of many requests at once (counts fidelity): the mechanism of :mod:`sim.moe.lookups`, with the distinct
+experts of each step sampled from their law instead of every lookup, vectorised across requests so a 10,000-request
+trace costs seconds.
 
 A request's decode does not depend on what else the engine is doing when slots take turns on the GPU, so every
 request's verification steps are sampled up front: the tokens each step yields (its own draft acceptance), then the
@@ -18,20 +19,28 @@ import numpy as np
 
 from sim.moe.expert_counts import CountSampler, StepLaw, draws_per_step, step_law
 from sim.moe.routing import RequestRouter, request_popularity
-from sim.moe.stepcost import expected_tokens_per_step, layer_table, step_times, tabulated_step_times, tokens_per_step
+from sim.moe.setup import EngineSetup
+from sim.moe.stepcost import (
+    StepParams,
+    StepTimes,
+    expected_tokens_per_step,
+    layer_table,
+    step_times,
+    tabulated_step_times,
+    tokens_per_step,
+)
+from sim.serving.telemetry import SUM_NAMES
 
 SKEW_STEP = 0.125  # grid of the per-request skew's normal deviate z: exponent error spread * 0.0625 at most
 MAX_CELLS = 2_000_000  # steps x layers sampled at once (memory bound: a few arrays of this many int64)
 
-FIELDS = ("decode_s", "first_step_s", "output_tokens", "steps", "lookups", "hits", "peer_lookups", "disk_lookups",
-          "routed", "pcie_reads", "cpu_experts", "peer_experts", "disk_reads", "compute_s", "stall_s", "break_s",
-          "idle_s")
+FIELDS = (*SUM_NAMES, "first_step_s", "output_tokens", "steps")  # what decode_many returns per request
 
 
-def engine_step_law(eng, popularity: np.ndarray, draws: float, hot_set: np.ndarray | None = None,
+def engine_step_law(eng: EngineSetup, popularity: np.ndarray, draws: float, hot_set: np.ndarray | None = None,
                     weight: float = 0.0) -> StepLaw:
     """The law of the distinct experts a layer-step of ``draws`` draws touches on engine ``eng``, per tier."""
-    tiered = eng.tier if eng.peers or eng.host_slots is not None else None
+    tiered = eng.tier if eng.peers or eng.host_experts is not None else None
     return step_law(popularity, eng.resident, hot_set, weight, draws, tiered, eng.peers + 2, eng.peers)
 
 
@@ -45,7 +54,7 @@ class StepCounts:
     disk: np.ndarray | None
     routed: np.ndarray  # per step, every tier
 
-    def times(self, params, eager: bool = False, starts: np.ndarray | None = None):
+    def times(self, params: StepParams, eager: bool = False, starts: np.ndarray | None = None) -> StepTimes:
         return step_times(self.resident, self.host, params, eager, self.peer, self.disk, starts)
 
 
@@ -63,30 +72,31 @@ class TierSampler:
                    tuple(CountSampler.build(law.missed_mean[t], law.missed_var[t]) if law.missed_mean[t].any()
                          else None for t in range(law.missed_mean.shape[0])))
 
-    def sample(self, eng, steps: int, rng: np.random.Generator) -> StepCounts:
+    def sample(self, eng: EngineSetup, steps: int, rng: np.random.Generator) -> StepCounts:
         layers = eng.moe.layers
         resident = self.resident.sample(steps, rng)
         counts = [np.zeros((steps, layers), dtype=np.int64) if s is None else s.sample(steps, rng)
                   for s in self.missed]
         host = eng.peers
         return StepCounts(resident, counts[host], np.stack(counts[:host], axis=2) if host else None,
-                          counts[host + 1] if eng.host_slots is not None else None,
+                          counts[host + 1] if eng.host_experts is not None else None,
                           _row_sums(resident) + sum(_row_sums(c) for c in counts))
 
 
 FUSED_BLOCK_STEPS = 1024  # steps per block of the fused path: its working set stays in the CPU caches
 
 
-def fusable(eng, lw: TierSampler, rng: np.random.Generator) -> bool:
+def fusable(eng: EngineSetup, lw: TierSampler, rng: np.random.Generator) -> bool:
     """The fused path applies: experts in VRAM or host RAM only (no peers, nothing beyond host RAM, no layer
     split), both counts drawn from tabulated grids, and a PCG64 stream (it is read at two offsets)."""
-    return (not eng.peers and eng.host_slots is None and not eng.params.split_share
+    return (not eng.peers and eng.host_experts is None and not eng.params.split_share
             and lw.resident.grid is not None and len(lw.missed) == 2 and lw.missed[0] is not None
             and lw.missed[0].grid is not None and lw.missed[1] is None
             and type(rng.bit_generator) is np.random.PCG64)
 
 
-def fused_step_times(eng, lw: TierSampler, steps: int, rng: np.random.Generator, starts: np.ndarray):
+def fused_step_times(eng: EngineSetup, lw: TierSampler, steps: int, rng: np.random.Generator, starts: np.ndarray
+                     ) -> tuple[StepTimes, np.ndarray]:
     """Exactly ``c = lw.sample(eng, steps, rng)`` then ``c.times(eng.params, starts=starts)`` (and ``c.routed``),
     bit for bit and leaving ``rng`` where they leave it, but block by block: the resident counts' uniforms are the
     stream's first ``steps x layers`` doubles and the host counts' the next as many, so two copies of the stream, one
@@ -189,9 +199,10 @@ def _draw_steps(todo: np.ndarray, a: np.ndarray, m: np.ndarray, need: np.ndarray
     return todo[~finished]
 
 
-def decode_many(eng, tokens: np.ndarray, acceptance: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def decode_many(eng: EngineSetup, tokens: np.ndarray, acceptance: np.ndarray, rng: np.random.Generator
+                ) -> dict[str, np.ndarray]:
     """Per-request telemetry sums (see ``FIELDS``) of decoding ``tokens[i]`` tokens with draft acceptance
-    ``acceptance[i]`` (NaN: the model's) on engine ``eng`` (a ``moe_serve.EngineSetup``)."""
+    ``acceptance[i]`` (NaN: the model's) on engine ``eng``."""
     moe = eng.moe
     n = tokens.size
     out = {f: np.zeros(n) for f in FIELDS}
@@ -222,7 +233,7 @@ def decode_many(eng, tokens: np.ndarray, acceptance: np.ndarray, rng: np.random.
 
     if own:  # each request its own hot set: its own law, built, used and dropped one at a time
         for i in range(n):
-            router = RequestRouter.start(law, eng.tables, rng, eng.popularity)
+            router = RequestRouter.start(law, eng.alias, rng, eng.popularity)
             _decode_group(eng, np.array([i]), steps, law_for(0, router), positions, rng, out)
     else:
         for b in np.unique(z_bin):
@@ -230,7 +241,7 @@ def decode_many(eng, tokens: np.ndarray, acceptance: np.ndarray, rng: np.random.
     return out
 
 
-def _decode_group(eng, members: np.ndarray, steps: np.ndarray, lw: TierSampler, positions: int,
+def _decode_group(eng: EngineSetup, members: np.ndarray, steps: np.ndarray, lw: TierSampler, positions: int,
                   rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
     moe = eng.moe
     layers = moe.layers
@@ -271,8 +282,8 @@ def _decode_group(eng, members: np.ndarray, steps: np.ndarray, lw: TierSampler, 
                     eager = t.eager_after
                 routed, peer, disk = c.routed, c.peer, c.disk
             add = np.add.reduceat
-            sums = {"decode_s": t.total_s, "compute_s": t.compute_s, "stall_s": t.stall_s, "break_s": t.break_s,
-                    "idle_s": t.host_s, "pcie_reads": t.pcie_reads, "cpu_experts": t.cpu_experts,
+            sums = {"decode_s": t.total_s, "compute_s": t.compute_s, "stall_s": t.stall_s, "eager_s": t.eager_s,
+                    "host_s": t.host_s, "pcie_reads": t.pcie_reads, "cpu_experts": t.cpu_experts,
                     "routed": routed}
             if peer is not None:
                 sums["peer_experts"] = peer.sum(axis=(1, 2))
@@ -285,6 +296,6 @@ def _decode_group(eng, members: np.ndarray, steps: np.ndarray, lw: TierSampler, 
         lookups = n_steps * per_step_lookups
         by_tier = rng.multinomial(lookups, lw.law.lookup_shares)
         out["lookups"][idx] = lookups
-        out["hits"][idx] = by_tier[:, 0]
+        out["vram_hits"][idx] = by_tier[:, 0]
         out["peer_lookups"][idx] = by_tier[:, 1:host + 1].sum(axis=1)
         out["disk_lookups"][idx] = by_tier[:, -1]

@@ -24,12 +24,13 @@ from __future__ import annotations
 import numpy as np
 
 from sim.core.units import GB
+from sim.moe.setup import EngineSetup
 
 
-def prefill_seconds(eng, prompt: np.ndarray, cached: np.ndarray) -> np.ndarray:
+def prefill_seconds(eng: EngineSetup, prompt: np.ndarray, cached: np.ndarray) -> np.ndarray:
     """Seconds to prefill ``prompt - cached`` new tokens after ``cached`` cached ones, per request."""
     new = np.maximum(prompt - cached, 0).astype(np.int64)
-    e = eng.engine
+    e = eng.spec
     pf = e.prefill
     if pf is None:
         return new / e.prefill_tok_s
@@ -56,10 +57,10 @@ STREAM_EXACT = 64  # distinct prompt sizes computed exactly; more are interpolat
 STREAM_GRID = 256
 
 
-def _stream_seconds(eng):
+def _stream_seconds(eng: EngineSetup):
     """Seconds to stream the non-resident experts ``tokens`` new tokens touch (expected distinct count), for an
     array of token counts."""
-    pf = eng.engine.prefill
+    pf = eng.spec.prefill
     q = eng.popularity.ravel()
     cold = ~eng.prefill_resident
     log_miss = np.log1p(-np.minimum(q[cold], 1 - 1e-12)) * eng.moe.top_k

@@ -42,16 +42,18 @@ import numpy as np
 from sim.core.units import GB
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepParams:
-    dense_s: float
-    gpu_expert_s: float
-    cpu_expert_s: float
-    pcie_latency_s: float
-    graph_break_s: float
-    host_s: float
+    """The step-cost parameters of one engine (the scenario's ``engine.step``, its link and its tiers)."""
+
+    dense_s: float  # GPU time of a step outside routed experts (s)
+    gpu_expert_s: float  # GPU time per resident expert a step touches (s)
+    cpu_expert_s: float  # host CPU time per missed expert it computes (s)
+    pcie_latency_s: float  # fixed cost of a layer that reads experts over PCIe (s)
+    graph_break_s: float  # cost per step of running eagerly, off the fused GPU path (s)
+    host_s: float  # host time per step with the GPU idle (s)
     link_gbps: float  # host -> GPU copy rate of the engine's link (GB/s)
-    expert_bytes: float
+    expert_bytes: float  # bytes of one expert
     link_share: float = 1.0  # share of the link's copy rate expert reads get (fraction)
     break_idle_share: float = 0.0  # share of graph_break_s with no kernel on the GPU (launch gaps, host syncs)
     break_mode: str = "sticky"  # "sticky": eager from the first PCIe read on; "per_step": only steps that read
@@ -70,7 +72,7 @@ class StepTimes:
 
     compute_s: np.ndarray
     stall_s: np.ndarray  # waiting for PCIe reads beyond the compute window
-    break_s: np.ndarray  # eager-step overhead (off the fused path)
+    eager_s: np.ndarray  # eager-step overhead (off the fused path)
     host_s: np.ndarray  # GPU idle
     pcie_reads: np.ndarray  # experts read over PCIe per step (host RAM misses beyond the CPU window, disk reads)
     cpu_experts: np.ndarray  # experts computed by the host CPU per step
@@ -78,7 +80,7 @@ class StepTimes:
 
     @property
     def total_s(self) -> np.ndarray:
-        return self.compute_s + self.stall_s + self.break_s + self.host_s
+        return self.compute_s + self.stall_s + self.eager_s + self.host_s
 
 
 def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: bool = False,

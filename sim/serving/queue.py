@@ -1,66 +1,63 @@
-"""A serving engine under load (FIELD_NOTES section 3): arrivals, admission, a queue, decode slots sharing one GPU.
+"""A serving engine under load, as a queue (FIELD_NOTES section 3): arrivals, admission, a FIFO queue, the GPU's
+places, and the run's time integrals. It knows nothing about what a request costs: that comes from the engine.
 
 Life of a request: it is sent (open loop: at its arrival time; closed loop: when its client is ready), reaches the
-engine after ``request_overhead_s`` (HTTP, tokenizer), is admitted or rejected (``queue_limit``), waits FIFO for a
-free decode slot (cancelled after ``timeout_s``), prefills its new tokens, decodes, and ends ``stop`` (or
-``length`` at ``max_tokens``).
+engine after ``overhead_s`` (HTTP, tokenizer), is admitted or rejected (``queue_limit``), waits FIFO for a place
+(cancelled after ``timeout_s``), is served, and ends ``stop`` (or ``length`` at ``max_tokens``).
 
-The engine has ``parallel`` slots. Active slots take turns on the GPU and its link: each progresses at ``1 / k`` of
-the GPU when ``k`` are active (processor sharing), so aggregate throughput is that of one slot with the slots' smaller
-caches; with one slot it is a FIFO single server. Each request's GPU work (prefill + decode with its slot's share of
-the expert cache) does not depend on what else runs, so it is sampled for all requests up front, vectorised
-(:mod:`sim.decode_batch`); the event simulation (simpy) only moves requests through arrivals, the queue and the
-slots: a handful of events per request, none per token. With ``batching`` one step serves every active slot instead
-(:mod:`sim.batching`).
+:class:`Server` is what every engine shares, in the spirit of simpy's resources (a base that queues, subclasses
+that say what a request holds): a subclass gives an admitted request its place (``_start``, extended), says whether
+one can start now and ever (``_has_room``, ``_admissible``), takes it out when it is done (``_complete``) and lets
+the queue in when room may have been freed (``_admit_waiting``). :class:`SharedGpuServer` is the plain one: up to
+``sequences`` requests take turns on the GPU (processor sharing: each of ``k`` active ones progresses at ``1 / k``),
+each needing the GPU seconds :class:`Work` says; with one it is a FIFO single server. An engine whose steps serve
+every active sequence at once subclasses :class:`Server` with a process of its own (:mod:`sim.moe.batching`,
+:mod:`sim.dense.server`).
+
+Events are plain simpy timeouts with callbacks (no process per request): a handful per request, none per token.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
-from sim.moe.decode_batch import decode_many
-from sim.moe.prefill import prefill_seconds
+from sim.config.serve import Serve
 from sim.serving.workload import RequestTable
 
 
 @dataclass
 class Work:
-    """GPU seconds each request needs, alone on the GPU, and its decode telemetry (arrays over requests)."""
+    """What each request needs of the GPU, alone on it, and what its engine measured of it (arrays over requests)."""
 
     prefill_s: np.ndarray
     first_token_s: np.ndarray  # from the start of prefill to the first generated token
     total_s: np.ndarray  # prefill + decode
     output_tokens: np.ndarray  # generated (capped at max_tokens)
     capped: np.ndarray  # bool: reached max_tokens
-    decode: dict[str, np.ndarray]
+    telemetry: dict[str, np.ndarray]  # per quantity of sim.serving.telemetry the engine sums (and its own)
 
 
-def request_work(eng, table: RequestTable, max_tokens: int | None, rng: np.random.Generator,
-                 fidelity: str = "counts") -> Work:
-    out = table.output_tokens if max_tokens is None else np.minimum(table.output_tokens, max_tokens)
-    capped = out < table.output_tokens
-    if eng.engine.batching:  # the decode depends on the batch: only the verification steps each request needs
-        from sim.moe.batching import batch_lookups
-        from sim.moe.decode_batch import FIELDS, steps_needed
+@dataclass(frozen=True)
+class QueueSpec:
+    """How requests reach an engine and wait for it."""
 
-        acc = np.where(np.isnan(table.acceptance), eng.moe.draft.acceptance, table.acceptance)
-        d = {f: np.zeros(out.size) for f in FIELDS}
-        d["steps"] = steps_needed(out, acc, eng.moe.draft.tokens, rng).astype(float)
-        d["output_tokens"] = out.astype(float)
-        batch_lookups(eng, d["steps"].astype(np.int64), d, rng)
-    elif fidelity == "counts":
-        d = decode_many(eng, out, table.acceptance, rng)
-    else:  # every lookup sampled, request by request (slow; for checking the counts law)
-        from sim.moe.serve import decode_request
-        rows = [decode_request(eng, int(k), rng, "lookups", float(a)) for k, a in zip(out, table.acceptance,
-                                                                                       strict=True)]
-        d = {key: np.array([r[key] for r in rows], dtype=float) for key in rows[0]} if rows else {}
-    pre = prefill_seconds(eng, table.prompt_tokens, table.cached_tokens)
-    return Work(pre, pre + d["first_step_s"], pre + d["decode_s"], out, capped, d)
+    sequences: int  # requests served at once at most (decode slots, a batch)
+    overhead_s: float = 0.0  # client, HTTP, tokenizer: from sending to reaching the engine (s)
+    think_s: float = 0.0  # closed loop: from an answer to the client's next request (s, mean)
+    think_law: str = "fixed"  # fixed or exponential
+    queue_limit: int | None = None  # requests that may wait; None: unbounded
+    timeout_s: float | None = None  # a request waiting longer is cancelled (s); None: never
+
+    @classmethod
+    def of(cls, sv: Serve, sequences: int) -> QueueSpec:
+        """The queue a scenario's ``serve`` section describes, in front of an engine of ``sequences``."""
+        return cls(sequences, sv.request_overhead_s, sv.workload.think_s, sv.workload.think_law,
+                   sv.admission.queue_limit, sv.admission.timeout_s)
 
 
 @dataclass
@@ -69,57 +66,50 @@ class Timeline:
 
     sent_s: np.ndarray
     arrival_s: np.ndarray  # reached the engine
-    start_s: np.ndarray  # got a slot
+    start_s: np.ndarray  # got its place
     first_token_s: np.ndarray
     end_s: np.ndarray
     end: list[str]  # stop, length, cancelled, rejected
-    busy_s: float = 0.0  # time with at least one active slot
+    busy_s: float = 0.0  # time the GPU worked
     in_system_area: float = 0.0  # integral of the number of requests in the engine (queued or active) over time
     makespan_s: float = 0.0
     peak_queue: int = 0
-    slots_area: float = 0.0  # integral of active slots over time
+    active_area: float = 0.0  # integral of the active requests over time
+
+    @classmethod
+    def empty(cls, n: int) -> Timeline:
+        nan = np.full(n, np.nan)
+        return cls(nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(), [""] * n)
 
 
-class Engine:
-    """Slots, queue and admission; processor sharing of the GPU among active slots.
+class Server:
+    """Admission, the FIFO queue, cancellation and the time integrals of one engine; what an admitted request does
+    on the GPU is the subclass's (see the module docstring)."""
 
-    Events are plain simpy timeouts with callbacks (no process per request): the next first token or completion
-    among the active slots is scheduled whenever the active set changes, and a stale one (the set changed since)
-    is ignored by its generation number."""
+    busy_while_active = True  # the GPU counts as busy whenever a request is active (else the subclass counts it)
 
-    def __init__(self, env: simpy.Environment, work: Work, parallel: int, queue_limit: int | None,
-                 timeout_s: float | None, tl: Timeline, done: list[simpy.Event] | None) -> None:
-        self.env, self.work, self.parallel = env, work, parallel
-        self.queue_limit, self.timeout_s = queue_limit, timeout_s
+    def __init__(self, env: simpy.Environment, work: Work, spec: QueueSpec, tl: Timeline,
+                 done: list[simpy.Event] | None) -> None:
+        self.env, self.work, self.spec = env, work, spec
         self.tl, self.done = tl, done
         self.queue: deque[int] = deque()
         self.queued: set[int] = set()  # the queue's members, for cancellation checks in O(1)
-        self.active: dict[int, float] = {}  # request -> GPU seconds still to do
-        self.after_first = work.total_s - work.first_token_s  # GPU seconds left once the first token is out
-        self.generation = 0
+        self.active: dict[int, float] = {}  # request -> what the subclass keeps of it (GPU seconds still to do)
         self.last = 0.0
         self.in_system = 0
 
-    busy_while_active = True  # the GPU counts as busy whenever a slot is active (an engine that knows better: False)
-
     def _account(self) -> None:
-        """Advance the active slots' progress and the time integrals to now."""
+        """Advance the time integrals to now."""
         now = self.env.now
         dt = now - self.last
         if dt > 0:
             k = len(self.active)
             if k:
-                self._progress(dt, k)
                 if self.busy_while_active:
                     self.tl.busy_s += dt
-                self.tl.slots_area += dt * k
+                self.tl.active_area += dt * k
             self.tl.in_system_area += dt * self.in_system
         self.last = now
-
-    def _progress(self, dt: float, k: int) -> None:
-        """Processor sharing: each of the ``k`` active slots did ``dt / k`` of its GPU work."""
-        for i in self.active:
-            self.active[i] -= dt / k
 
     def arrive(self, i: int) -> None:
         self._account()
@@ -131,21 +121,20 @@ class Engine:
         if not self.queue and self._has_room(i):  # first come, first served: nobody overtakes the queue
             self.in_system += 1
             self._start(i)
-            self._schedule()
             return
-        if self.queue_limit is not None and len(self.queue) >= self.queue_limit:
+        if self.spec.queue_limit is not None and len(self.queue) >= self.spec.queue_limit:
             self._finish(i, "rejected")
             return
         self.in_system += 1
         self.queue.append(i)
         self.queued.add(i)
         tl.peak_queue = max(tl.peak_queue, len(self.queue))
-        if self.timeout_s is not None:
-            self.env.timeout(self.timeout_s).callbacks.append(lambda _ev, i=i: self._cancel(i))
+        if self.spec.timeout_s is not None:
+            self.env.timeout(self.spec.timeout_s).callbacks.append(lambda _ev, i=i: self._cancel(i))
 
     def _has_room(self, i: int) -> bool:
-        """Request ``i`` can start now (a free slot)."""
-        return len(self.active) < self.parallel
+        """Request ``i`` can start now: fewer than ``sequences`` are active."""
+        return len(self.active) < self.spec.sequences
 
     def _admissible(self, i: int) -> bool:
         """Request ``i`` could ever start (an engine whose memory can never hold it rejects it at once)."""
@@ -160,9 +149,23 @@ class Engine:
             self._finish(i, "cancelled")
 
     def _start(self, i: int) -> None:
+        """Request ``i`` leaves the queue for its place on the GPU (subclasses extend this with what it holds there);
+        a request started again (after preemption) keeps its first start."""
         self.queued.discard(i)
-        self.tl.start_s[i] = self.env.now
-        self.active[i] = float(self.work.total_s[i])
+        if self.tl.start_s[i] != self.tl.start_s[i]:
+            self.tl.start_s[i] = self.env.now
+        self.active[i] = 0.0
+
+    def _complete(self, i: int) -> None:
+        """Active request ``i`` has all its tokens."""
+        del self.active[i]
+        self.in_system -= 1
+        self._finish(i, "length" if self.work.capped[i] else "stop")
+
+    def _admit_waiting(self) -> None:
+        """Start queued requests, in order, while there is room."""
+        while self.queue and self._has_room(self.queue[0]):
+            self._start(self.queue.popleft())
 
     def _finish(self, i: int, end: str) -> None:
         self.tl.end_s[i] = self.env.now
@@ -170,8 +173,38 @@ class Engine:
         if self.done is not None:
             self.done[i].succeed()
 
+
+class SharedGpuServer(Server):
+    """Up to ``sequences`` requests take turns on the GPU (processor sharing), each needing the GPU seconds of its
+    :class:`Work`, alone. The next first token or completion among the active requests is scheduled whenever the
+    active set changes; a stale one (the set changed since) is ignored by its generation number."""
+
+    def __init__(self, env: simpy.Environment, work: Work, spec: QueueSpec, tl: Timeline,
+                 done: list[simpy.Event] | None) -> None:
+        super().__init__(env, work, spec, tl, done)
+        self.after_first = work.total_s - work.first_token_s  # GPU seconds left once the first token is out
+        self.generation = 0
+
+    def _account(self) -> None:
+        """Processor sharing: each of the ``k`` active requests did ``dt / k`` of its GPU work since the last event."""
+        dt = self.env.now - self.last
+        k = len(self.active)
+        if dt > 0 and k:
+            for i in self.active:
+                self.active[i] -= dt / k
+        super()._account()
+
+    def arrive(self, i: int) -> None:
+        super().arrive(i)
+        if i in self.active:  # it started at once: every active request's pace changed
+            self._schedule()
+
+    def _start(self, i: int) -> None:
+        super()._start(i)
+        self.active[i] = float(self.work.total_s[i])
+
     def _schedule(self) -> None:
-        """Schedule the next first token or completion among the active slots."""
+        """Schedule the next first token or completion among the active requests."""
         self.generation += 1
         if not self.active:
             return
@@ -198,11 +231,8 @@ class Engine:
         else:
             if self.tl.first_token_s[who] != self.tl.first_token_s[who]:
                 self.tl.first_token_s[who] = self.env.now
-            del self.active[who]
-            self.in_system -= 1
-            self._finish(who, "length" if self.work.capped[who] else "stop")
-            while self.queue and self._has_room(self.queue[0]):
-                self._start(self.queue.popleft())
+            self._complete(who)
+            self._admit_waiting()
         self._schedule()
 
 
@@ -222,33 +252,30 @@ class _Arrival(simpy.Event):
         env.schedule(self, simpy.core.URGENT, delay)
 
 
-def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, think_s: float, think_law: str,
-             queue_limit: int | None, timeout_s: float | None, rng: np.random.Generator, engine_factory=None
-             ) -> tuple[Timeline, Engine]:
-    """Move every request of ``table`` through the engine; returns when the last one ends, with the timeline and the
-    engine. ``engine_factory``: builds another engine than :class:`Engine` from (env, work, parallel, queue_limit,
-    timeout_s, timeline, done events), such as one whose steps serve every active sequence at once
-    (:mod:`sim.batching`, :mod:`sim.dense_serve`)."""
+ServerFactory = Callable[[simpy.Environment, Work, QueueSpec, Timeline, "list[simpy.Event] | None"], Server]
+
+
+def run_queue(table: RequestTable, work: Work, spec: QueueSpec, rng: np.random.Generator,
+              server: ServerFactory = SharedGpuServer) -> tuple[Timeline, Server]:
+    """Move every request of ``table`` through an engine's queue; returns when the last one ends, with the timeline
+    and the server. ``server`` builds the engine's server from (env, work, spec, timeline, done events)."""
     n = len(table)
-    nan = np.full(n, np.nan)
-    tl = Timeline(nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(), [""] * n)
+    tl = Timeline.empty(n)
     env = simpy.Environment()
     closed = table.closed_loop
     done = [env.event() for _ in range(n)] if closed else None
-    factory = engine_factory or Engine
-    engine: Engine = factory(env, work, parallel, queue_limit, timeout_s, tl, done)
+    engine = server(env, work, spec, tl, done)
 
     def send(i: int) -> None:
         tl.sent_s[i] = env.now
-        if overhead_s > 0:
-            env.timeout(overhead_s).callbacks.append(lambda _ev: engine.arrive(i))
+        if spec.overhead_s > 0:
+            env.timeout(spec.overhead_s).callbacks.append(lambda _ev: engine.arrive(i))
         else:
             engine.arrive(i)
 
     if closed:
-        clients = int(table.client.max()) + 1
-        think = rng.exponential(think_s, n) if think_law == "exponential" and think_s > 0 else np.full(n, think_s)
-
+        think_s = spec.think_s
+        think = rng.exponential(think_s, n) if spec.think_law == "exponential" and think_s > 0 else np.full(n, think_s)
         run = np.zeros(n, dtype=np.int64) if table.run is None else table.run
         runs = int(run.max()) + 1
         active = [len(np.unique(table.client[run == r])) for r in range(runs)]
@@ -269,7 +296,7 @@ def simulate(table: RequestTable, work: Work, parallel: int, overhead_s: float, 
                     if active[r] == 0:
                         barrier[r].succeed()
 
-        for c in range(clients):
+        for c in range(int(table.client.max()) + 1):
             env.process(client(c))
     elif n:  # every arrival known in advance: each schedules the next (one pending event, whatever the trace)
         arrival = table.arrival_s

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config.scenario import Serve
+from sim.config.serve import Serve
 from sim.core.errors import ScenarioError
 
 AZURE_COLUMNS = {"arrived_at": "arrival_s", "num_prefill_tokens": "prompt_tokens", "num_decode_tokens": "output_tokens"}

@@ -21,7 +21,9 @@ from typing import Any
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from sim.config.scenario import Strict, _format_validation_error, read_yaml
+from sim.config.base import Strict
+from sim.config.messages import format_validation_error
+from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
 
 # the sweep-file models validate only sweep files: their validators are built on first use, not at import (a sweep
@@ -301,7 +303,7 @@ def read_sweep_file(path: str) -> SweepFile:
     try:
         return SweepFile.model_validate(raw)
     except ValidationError as exc:
-        raise _format_validation_error(path, exc) from None
+        raise format_validation_error(path, exc) from None
 
 
 def _one_writer_per_path(where: str, axes: list[Axis], cli_sets: list[str]) -> None:

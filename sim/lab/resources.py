@@ -1,27 +1,14 @@
-"""Hardware resolved from a scenario: PCIe links, memory targets and per-machine stage costs (pure data)."""
+"""What a machine offers a load, resolved from a scenario: memory targets (each GPU's VRAM behind its link, or
+unified memory) and the costs of its load stages (pure data)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.config.scenario import Machine, Scenario
-from sim.core.units import GB, GIB, pcie_paper_gbps
-
-
-@dataclass(frozen=True)
-class LinkInfo:
-    """One GPU's host link. The card's own maximum and the negotiated link are kept apart."""
-
-    card_max_gen: int
-    card_max_lanes: int
-    slot_gen: int
-    slot_lanes: int
-    gen: int  # negotiated generation
-    lanes: int  # negotiated lanes
-    paper_gbps: float  # spec bandwidth of the negotiated link (GB/s)
-    efficiency: float  # share of paper a copy delivers
-    gbps: float  # what a host->GPU copy gets (GB/s)
-    measured: bool  # gbps came from a measured figure, not gen x lanes x efficiency
+from sim.config.links import link_info
+from sim.config.machines import Machine
+from sim.config.scenario import Scenario
+from sim.core.units import GIB
 
 
 @dataclass(frozen=True)
@@ -41,19 +28,6 @@ class StageCosts:
     disk_latency_s: float
     loader_s_per_gb: float
     loader_s_per_tensor: float
-
-
-def link_info(scn: Scenario, machine: Machine, gpu_name: str) -> LinkInfo:
-    gpu = machine.gpus[gpu_name]
-    card = scn.gpus[gpu.type]
-    gen = min(card.pcie_max_gen, gpu.slot_gen, gpu.negotiated_gen or 99)
-    lanes = min(card.pcie_max_lanes, gpu.slot_lanes, gpu.negotiated_lanes or 99)
-    paper = pcie_paper_gbps(gen, lanes)
-    eff = gpu.pcie_efficiency if gpu.pcie_efficiency is not None else scn.pcie.efficiency
-    measured = gpu.measured_link_gbps is not None
-    gbps = gpu.measured_link_gbps if measured else paper * eff
-    return LinkInfo(card.pcie_max_gen, card.pcie_max_lanes, gpu.slot_gen, gpu.slot_lanes,
-                    gen, lanes, paper, eff, float(gbps), measured)
 
 
 def memory_targets(scn: Scenario, machine: Machine) -> list[MemoryTarget]:
@@ -79,7 +53,3 @@ def stage_costs(scn: Scenario, machine: Machine) -> StageCosts:
 
 def model_bytes(scn: Scenario, model: str) -> float:
     return scn.models[model].weights_gib * GIB
-
-
-def model_gb(scn: Scenario, model: str) -> float:
-    return model_bytes(scn, model) / GB

@@ -1,0 +1,221 @@
+"""Cross-reference checks: what the schema alone cannot say (a key naming another entry, a value that depends on
+another section), one checker per section of the scenario.
+
+Each checker returns problems as ``(key path, value, expected)``; ``cross_reference_errors`` runs them in the order
+of the file (names, loading, disks, machines, jobs, dispatch, serve, report), and loading reports the first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.config.engine import Engine, StepCost
+from sim.config.machines import Machine
+from sim.config.messages import CALIBRATED, expected_one_of
+from sim.config.scenario import Scenario, engine_kind
+
+Problem = tuple[str, Any, str]  # (key path, the value found or None, what was expected)
+
+MAX_CHUNKS = 100_000  # chunks per model load: beyond this a load is events without end
+
+
+def cross_reference_errors(s: Scenario) -> list[Problem]:
+    """Every problem the checkers find, in the order of the scenario's sections."""
+    errs = _names(s) + _loading(s) + _disks(s)
+    for name, m in s.machines.items():
+        errs += _machine(s, name, m)
+    return errs + _jobs(s) + _dispatch(s) + _serve(s) + _report(s)
+
+
+def _need(path: str, value: str, pool: dict, what: str) -> list[Problem]:
+    """``value`` must be a key of ``pool``."""
+    return [] if value in pool else [(path, value, expected_one_of(value, list(pool), what))]
+
+
+def _names(s: Scenario) -> list[Problem]:
+    """Entry names are single parts of a key path."""
+    maps = {"disks": s.disks, "gpus": s.gpus, "models": s.models, "machines": s.machines, "jobs": s.jobs}
+    maps.update({f"machines.{n}.gpus": m.gpus for n, m in s.machines.items()})
+    return [(f"{where}.{key}", key, "a name without dots (dots separate the parts of a key path)")
+            for where, entries in maps.items() for key in entries if "." in key or not key.strip()]
+
+
+def _loading(s: Scenario) -> list[Problem]:
+    chunk = s.loading.chunk_mib / 1024
+    return [("loading.chunk_mib", s.loading.chunk_mib, f"at most {MAX_CHUNKS:,} chunks per model; {name} would need "
+             f"{spec.weights_gib / chunk:,.0f}: raise chunk_mib")
+            for name, spec in s.models.items() if spec.weights_gib / chunk > MAX_CHUNKS]
+
+
+def _disks(s: Scenario) -> list[Problem]:
+    return [(f"disks.{name}.read_gbps", None, CALIBRATED) for name, d in s.disks.items() if d.read_gbps is None]
+
+
+def _machine(s: Scenario, name: str, m: Machine) -> list[Problem]:
+    """A machine's disk and loader, its engine, its GPUs and the models it names."""
+    p = f"machines.{name}"
+    errs: list[Problem] = []
+    if m.disk is not None:
+        errs += _need(f"{p}.disk", m.disk, s.disks, "a disk")
+        if m.loader.s_per_gb is None:
+            errs.append((f"{p}.loader.s_per_gb", None, CALIBRATED))
+    if m.engine is not None:
+        errs += _engine(s, m, f"{p}.engine", m.engine)
+    for gname, g in m.gpus.items():
+        errs += _gpu(s, f"{p}.gpus.{gname}", g)
+    for key in m.decode_tok_s:
+        errs += _need(f"{p}.decode_tok_s.{key}", key, s.models, "a model")
+    for i, key in enumerate(m.resident_models):
+        errs += _need(f"{p}.resident_models.{i}", key, s.models, "a model")
+    for i, key in enumerate(m.page_cache_models):
+        errs += _need(f"{p}.page_cache_models.{i}", key, s.models, "a model")
+    return errs
+
+
+def _gpu(s: Scenario, p: str, g) -> list[Problem]:
+    """A GPU names a card type, and its link trains no higher than card and slot allow."""
+    errs = _need(f"{p}.type", g.type, s.gpus, "a GPU type")
+    card = s.gpus.get(g.type)
+    if card is None:
+        return errs
+    for what, neg, card_max, slot in (("gen", g.negotiated_gen, card.pcie_max_gen, g.slot_gen),
+                                      ("lanes", g.negotiated_lanes, card.pcie_max_lanes, g.slot_lanes)):
+        if neg is not None and neg > min(card_max, slot):
+            errs.append((f"{p}.negotiated_{what}", neg,
+                         f"a link cannot train above the card's maximum ({card_max}) or the slot's ({slot})"))
+    return errs
+
+
+def _engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
+    """An engine names a model and a GPU of its machine; then what its kind of engine needs."""
+    errs = _need(f"{p}.model", e.model, s.models, "a model") + _need(f"{p}.gpu", e.gpu, m.gpus,
+                                                                        "a GPU of this machine")
+    spec = s.models.get(e.model)
+    if spec is not None and engine_kind(s, e) is None:
+        errs.append((f"{p}.model", e.model, "a model with an 'moe' or a 'dense' section (one of them)"))
+    if spec is not None and spec.moe is not None and e.iteration is not None:
+        errs.append((f"{p}.iteration", "...", "no 'iteration' section for an MoE model (its decode step cost is "
+                     "under 'step')"))
+    if engine_kind(s, e) == "dense":
+        return errs + _dense_engine(s, m, p, e)
+    return errs + _moe_engine(s, m, p, e)
+
+
+def _moe_engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
+    """An expert-cache engine: every step cost, its VRAM overhead, peers, a prompt rate, layer split, host RAM."""
+    errs: list[Problem] = [(f"{p}.step.{field}", None, CALIBRATED) for field, value in e.step if value is None]
+    moe = s.models[e.model].moe if e.model in s.models else None
+    if e.overhead_gib is None and moe is not None:
+        if moe.dense_gib is None:
+            errs.append((f"{p}.overhead_gib", None, f"a value, or models.{e.model}.moe.dense_gib to derive it"))
+        elif e.context_tokens > 0 and moe.kv_kib_per_token is None:
+            errs.append((f"models.{e.model}.moe.kv_kib_per_token", None,
+                         f"a value: {p}.context_tokens needs it to derive the engine overhead"))
+    for peer in e.peers:
+        errs += _need(f"{p}.peers.{peer}", peer, m.gpus, "a GPU of this machine")
+        if peer == e.gpu:
+            errs.append((f"{p}.peers.{peer}", peer, "a GPU other than the engine's own"))
+    if e.prefill_tok_s is None and e.prefill is None:
+        errs.append((f"{p}.prefill_tok_s", None, "a prompt rate (tok/s), or a 'prefill' section"))
+    if e.placement == "layer_split":
+        errs += _layer_split(m, p, e)
+    if e.host_ram_gib is not None and m.disk is None:
+        errs.append((f"{p}.host_ram_gib", e.host_ram_gib, "a machine 'disk' to hold the experts beyond it"))
+    return errs
+
+
+def _layer_split(m: Machine, p: str, e: Engine) -> list[Problem]:
+    ls = e.layer_split
+    if ls is None:
+        return [(f"{p}.layer_split", None, "a 'layer_split' section for placement layer_split")]
+    errs: list[Problem] = []
+    if e.peers:
+        errs.append((f"{p}.peers", list(e.peers), "no peers with placement layer_split (the cards hold layers, not "
+                     "expert copies): --set " + p + ".peers={}"))
+    for i, gname in enumerate(ls.gpus):
+        errs += _need(f"{p}.layer_split.gpus.{i}", gname, m.gpus, "a GPU of this machine")
+        if gname == e.gpu or gname in ls.gpus[:i]:
+            errs.append((f"{p}.layer_split.gpus.{i}", gname, "a GPU other than the engine's and the others listed"))
+    if len(ls.layer_s_scale) != len(ls.gpus):
+        errs.append((f"{p}.layer_split.layer_s_scale", ls.layer_s_scale,
+                     f"one value per GPU of layer_split.gpus ({len(ls.gpus)})"))
+    return errs
+
+
+def _dense_engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
+    """What a dense model's engine needs: an iteration section with every cost, and a card with its specs."""
+    errs: list[Problem] = []
+    if e.iteration is None:
+        errs.append((f"{p}.iteration", None, "an 'iteration' section (memory_efficiency, compute_efficiency, "
+                     "overhead_s) for a dense model"))
+    else:
+        for field in ("memory_efficiency", "compute_efficiency", "overhead_s"):
+            if getattr(e.iteration, field) is None:
+                errs.append((f"{p}.iteration.{field}", None, CALIBRATED))
+    for field in ("peers", "layer_split", "host_ram_gib"):
+        if getattr(e, field):
+            errs.append((f"{p}.{field}", getattr(e, field), "nothing: a dense model has no experts to place"))
+    if e.step != StepCost():
+        errs.append((f"{p}.step", "...", "nothing: a dense model's iterations cost what its 'iteration' section "
+                     "says"))
+    if e.power is not None:
+        errs.append((f"{p}.power", "...", "nothing: power is not modelled for a dense engine"))
+    gpu = m.gpus.get(e.gpu)
+    card = s.gpus.get(gpu.type) if gpu is not None else None
+    if card is not None:
+        for field in ("hbm_gbps", "tflops"):
+            if getattr(card, field) is None:
+                errs.append((f"gpus.{gpu.type}.{field}", None, "the card's spec (a dense engine's iterations are "
+                             "bound by memory bandwidth and tensor throughput)"))
+    return errs
+
+
+def _jobs(s: Scenario) -> list[Problem]:
+    errs: list[Problem] = []
+    for name, j in s.jobs.items():
+        errs += _need(f"jobs.{name}.model", j.model, s.models, "a model")
+        for i, key in enumerate(j.resident_on or []):
+            errs += _need(f"jobs.{name}.resident_on.{i}", key, s.machines, "a machine")
+        if j.resident_on is not None and s.dispatch.isolation != "per_job":
+            errs.append((f"jobs.{name}.resident_on", j.resident_on, "only with dispatch.isolation: per_job"))
+    return errs
+
+
+def _dispatch(s: Scenario) -> list[Problem]:
+    return [e for i, key in enumerate(s.dispatch.tie_break.order)
+            for e in _need(f"dispatch.tie_break.order.{i}", key, s.machines, "a machine")]
+
+
+def _serve(s: Scenario) -> list[Problem]:
+    """The served machine has an engine; lengths, clients and workload fields agree with each other."""
+    sv = s.serve
+    if sv is None:
+        return []
+    errs = _need("serve.machine", sv.machine, s.machines, "a machine")
+    machine = s.machines.get(sv.machine)
+    if machine is not None and machine.engine is None:
+        errs.append(("serve.machine", sv.machine, "a machine with an 'engine'"))
+    w = sv.workload
+    if sv.cached_tokens > sv.prompt_tokens:
+        errs.append(("serve.cached_tokens", sv.cached_tokens, "at most prompt_tokens"))
+    if w.kind == "open" and w.rate_per_s is None:
+        errs.append(("serve.workload.rate_per_s", None, "a rate (requests/s) for an open-loop workload"))
+    per_run = -(-sv.requests // min(w.runs, sv.requests))  # the largest run
+    if w.kind in ("closed", "agent") and w.clients > per_run:
+        errs.append(("serve.workload.clients", w.clients, f"at most the requests of a run ({sv.requests} requests "
+                     f"in {w.runs} runs: {per_run}); more clients would never send anything (fewer "
+                     "serve.workload.runs or more serve.requests)"))
+    if sv.fidelity == "lookups" and machine is not None and machine.engine is not None and machine.engine.batching:
+        errs.append(("serve.fidelity", "lookups", "counts with engine.batching (a batch step samples counts)"))
+    if w.kind == "trace" and w.trace is None:
+        errs.append(("serve.workload.trace", None, "a trace CSV path for a trace workload"))
+    if w.lengths is not None and w.kind in ("trace", "agent"):
+        errs.append(("serve.workload.lengths", w.lengths, f"no lengths table for a {w.kind} workload (its "
+                     "requests' lengths come from the " + ("trace)" if w.kind == "trace" else "conversation)")))
+    if sv.output_tokens_max < sv.output_tokens_min:
+        errs.append(("serve.output_tokens_max", sv.output_tokens_max, "at least output_tokens_min"))
+    return errs
+
+
+def _report(s: Scenario) -> list[Problem]:
+    return [] if s.report.load_model is None else _need("report.load_model", s.report.load_model, s.models, "a model")

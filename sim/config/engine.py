@@ -1,0 +1,146 @@
+"""Scenario schema of a serving engine: its GPU, VRAM budget, expert cache and tiers, step and iteration costs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeInt, PositiveFloat
+
+from sim.config.base import Strict
+
+
+class StepCost(Strict):
+    """Decode step-time mechanism of an expert-offloading engine (sim.stepcost); every value fitted, in seconds."""
+
+    dense_s: float | None = Field(None, gt=0, description="GPU time of a verification step outside routed experts (s).")
+    gpu_expert_s: float | None = Field(None, ge=0, description="GPU time per resident expert a step touches (s).")
+    cpu_expert_s: float | None = Field(None, gt=0, description="Host CPU time per missed expert it computes (s).")
+    pcie_latency_s: float | None = Field(
+        None, ge=0, description="Fixed cost of a layer that reads experts over PCIe (s).")
+    graph_break_s: float | None = Field(
+        None, ge=0, description="Cost per step of running eagerly, off the fused GPU path, after a PCIe read (s).")
+    link_share: float = Field(
+        1.0, gt=0, le=1, description="Share of the link's host->GPU copy rate expert reads get (fraction).")
+    break_idle_share: float = Field(
+        0.0, ge=0, le=1, description="Share of graph_break_s with no kernel on the GPU (launch gaps) (fraction).")
+    break_mode: Literal["sticky", "per_step"] = Field(
+        "sticky", description="sticky: a request runs eagerly from its first PCIe read on; per_step: steps that read.")
+    host_s: float = Field(0.0, ge=0, description="Host time per step with the GPU idle (sampling, scheduling) (s).")
+
+
+class Power(Strict):
+    idle_w: float = Field(ge=0, description="GPU power while idle (W).")
+    busy_w: float = Field(ge=0, description="GPU power while computing (W).")
+    stalled_w: float = Field(ge=0, description="GPU power while busy but waiting for experts (W).")
+
+
+class PeerTier(Strict):
+    """Another GPU of the machine holding expert copies and computing the routed experts it holds."""
+
+    slots: Literal["auto"] | NonNegativeInt = Field(
+        "auto", description="Expert copies it holds, or auto: its free VRAM (after reserved_gib, overhead_gib and "
+        "reserve_mib) in whole slots.")
+    overhead_gib: float = Field(0.0, ge=0, description="The engine's own VRAM on this GPU besides expert copies (GiB).")
+    reserve_mib: float = Field(0.0, ge=0, description="VRAM left unused on this GPU (MiB).")
+    expert_s: float = Field(gt=0, description="This GPU's time per routed expert it computes (s).")
+    latency_s: float = Field(ge=0, description="Activations to the peer and back, per layer that uses it (s).")
+    runtime_mib: float = Field(
+        0.0, ge=0, description="VRAM allocated on this GPU after the copies are placed (compute buffers, another "
+        "process's working memory) (MiB): placement does not see it.")
+    paging_threshold_mib: float = Field(
+        0.0, description="When VRAM left free on this GPU falls under this (MiB), the driver pages its memory and "
+        "every expert it computes is paged in at paging_gbps.")
+    paging_gbps: float | None = Field(
+        None, gt=0, description="Rate at which the driver pages expert weights in over this GPU's link while its "
+        "memory is oversubscribed (GB/s): each expert it computes then also waits expert bytes / this rate.")
+
+
+class Prefill(Strict):
+    """Prompt processing in chunks (sim.prefill): compute, streaming of the experts a chunk touches that are not in
+    the engine GPU's VRAM (overlapped with compute), KV beyond the resident cells through host RAM."""
+
+    chunk_tokens: int = Field(2048, gt=0, description="Prompt tokens per chunk (ubatch).")
+    token_s: float = Field(gt=0, description="GPU time per prompt token within the resident KV (s).")
+    fixed_s: float = Field(0.0, ge=0, description="Set-up time of each prefill that reads at least one token (s).")
+    kv_resident_tokens: int | None = Field(
+        None, gt=0, description="KV cells kept in VRAM; tokens beyond them stream their KV through host RAM.")
+    kv_spill_token_s: float = Field(0.0, ge=0, description="Extra time per prompt token beyond kv_resident (s).")
+    order: Literal["chunk", "layer"] = Field(
+        "chunk", description="chunk: each chunk goes through every layer, streaming the experts it touches; layer: "
+        "all new tokens go through one layer before the next, so each non-resident expert streams once per prefill.")
+    overlap: bool = Field(
+        True, description="Streaming overlaps compute (a chunk takes the longer); false: the chunk waits for its "
+        "experts, then computes (the sum).")
+    stream_gbps: PositiveFloat | None = Field(
+        None, description="Rate at which experts stream to the engine GPU during prefill (GB/s). Default: its link.")
+
+
+class LayerSplit(Strict):
+    """Layers divided across the machine's GPUs in proportion to the VRAM each gives the model."""
+
+    hop_s: float = Field(ge=0, description="Latency of moving a step's activations across one card boundary (s).")
+    activation_kib_per_token: float = Field(
+        ge=0, description="Activations crossing a boundary per position per step (KiB).")
+    gpus: list[str] = Field(description="GPUs in pipeline order after the engine's own.")
+    layer_s_scale: list[PositiveFloat] = Field(
+        description="Per listed GPU: its time per layer relative to the engine's GPU (>1: slower card).")
+
+
+class Iteration(Strict):
+    """Iteration cost of a dense continuous-batching engine (sim.dense_step): each iteration takes ``overhead_s`` +
+    the longer of its reads (weights once, plus every sequence's KV) at ``memory_efficiency`` x the card's
+    ``hbm_gbps`` and its arithmetic (2 FLOPs per parameter per token, attention per token pair) at
+    ``compute_efficiency`` x its ``tflops``."""
+
+    memory_efficiency: float | None = Field(
+        None, gt=0, le=1, description="Share of the card's memory bandwidth an iteration's reads get (fraction).")
+    compute_efficiency: float | None = Field(
+        None, gt=0, le=1, description="Share of the card's tensor throughput an iteration's arithmetic gets "
+        "(fraction).")
+    overhead_s: float | None = Field(
+        None, ge=0, description="Fixed time per iteration: scheduling, sampling, kernel launches (s).")
+    token_budget: int = Field(
+        512, gt=0, le=1_000_000, description="Tokens one iteration processes at most (chunked prefill, as Sarathi "
+        "schedules): every decoding sequence's token first, then prefill chunks fill the rest.")
+    kv_pool_gib: float | None = Field(
+        None, gt=0, description="VRAM for KV (GiB). Default: the card's VRAM less other tenants, the weights and "
+        "runtime_gib.")
+
+
+class Engine(Strict):
+    """An expert-offloading serving engine on one GPU of a machine; its expert tiers below VRAM are peer GPUs, then
+    host RAM, then the machine's disk (through the page cache)."""
+
+    model: str = Field(description="Key of the MoE model it serves.")
+    gpu: str = Field(description="Key of the machine's GPU it runs on.")
+    overhead_gib: float | None = Field(
+        None, ge=0, description="Fixed VRAM outside the expert cache: dense weights, KV, activations, CUDA context "
+        "(GiB). Default: the model's dense_gib + KV for context_tokens + runtime_gib.")
+    context_tokens: int = Field(0, ge=0, description="Context the engine allocates KV for (tokens).")
+    runtime_gib: float = Field(0.0, ge=0, description="CUDA context, activations and buffers (GiB).")
+    cache_reserve_mib: float = Field(700, ge=0, description="VRAM the engine keeps free (MiB).")
+    expert_cache: Literal["auto"] | NonNegativeInt = Field(
+        "auto", description="Slots of the expert cache, or auto: sized from the VRAM free at start.")
+    policy: Literal["static", "lru", "lfu"] = Field("static", description="Expert-cache policy.")
+    profile_seed: int | None = Field(
+        None, ge=0, description="Static profile built on another workload (its popularity seed); default: served one.")
+    prefill_tok_s: float | None = Field(
+        None, gt=0, description="Prompt tokens read per second (tok/s), when no `prefill` mechanism is given.")
+    prefill: Prefill | None = None
+    parallel: int = Field(1, gt=0, le=256, description="Decode slots; the expert cache is divided among them.")
+    batching: bool = Field(
+        False, description="Continuous batching: one step serves every active slot and fetches the union of their "
+        "experts; the cache is shared, not divided. Default: slots take turns on the GPU, each with its share.")
+    placement: Literal["experts", "layer_split"] = Field(
+        "experts", description="experts: peers hold expert copies; layer_split: layers divided across the GPUs, "
+        "activations cross every card boundary at every step.")
+    layer_split: LayerSplit | None = None
+    peers: dict[str, PeerTier] = Field(
+        default_factory=dict, description="Peer GPUs of this machine holding expert copies, by GPU name, in order.")
+    host_ram_gib: float | None = Field(
+        None, ge=0, description="Host RAM for experts held nowhere in VRAM (GiB); the rest is read from the machine's "
+        "disk each time. Default: all of them fit.")
+    step: StepCost = StepCost()
+    iteration: Iteration | None = Field(
+        None, description="A dense model's iteration cost (continuous batching of up to `parallel` sequences).")
+    power: Power | None = None

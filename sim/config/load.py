@@ -1,0 +1,161 @@
+"""Loading a scenario: its own values, then the calibration values it leaves open, then ``--set`` overrides;
+validated by its schema and its cross-reference checks; errors blamed on the file or ``--set`` that caused them."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from sim.config.base import Strict
+from sim.config.calibrate import Calibrate
+from sim.config.checks import cross_reference_errors
+from sim.config.files import input_file_slots
+from sim.config.messages import format_validation_error, short
+from sim.config.paths import get_dotted, parse_set, set_dotted
+from sim.config.scenario import Scenario
+from sim.config.yaml_io import read_yaml
+from sim.core.errors import ScenarioError
+
+
+class _CalibrateOnly(Strict):
+    calibrate: Calibrate = Calibrate()
+
+
+def read_calibrate(path: str) -> Calibrate:
+    """The ``calibrate`` section of a scenario file alone, validated: the rest may wait for the values being fitted."""
+    raw = read_yaml(path)
+    section = raw.get("calibrate") if isinstance(raw, dict) else None
+    try:
+        return _CalibrateOnly.model_validate({"calibrate": section or {}}).calibrate
+    except ValidationError as exc:
+        raise format_validation_error(path, exc) from None
+
+
+@dataclass
+class _Origin:
+    """Where a value at ``path`` came from, to blame the right file or --set in an error."""
+
+    path: str
+    source: str
+    created: str | None = None
+
+
+def _apply_calibrations(raw: dict, source: str) -> list[_Origin]:
+    """Fill values the scenario leaves open from its calibration files (explicit scenario values win)."""
+    cals = raw.get("calibrations") or []
+    if not isinstance(cals, list):
+        raise ScenarioError(source, "calibrations", f"bad value {short(cals)}: expected a list of file paths")
+    base_dir = os.path.dirname(os.path.abspath(source))
+    origins = []
+    for i, rel in enumerate(cals):
+        if not isinstance(rel, str):
+            raise ScenarioError(source, f"calibrations.{i}", f"bad value {short(rel)}: expected a file path")
+        cal_path = os.path.relpath(os.path.normpath(os.path.join(base_dir, rel)))
+        cal = read_yaml(cal_path)
+        params = cal.get("parameters") if isinstance(cal, dict) else None
+        if not isinstance(params, dict):
+            raise ScenarioError(cal_path, "parameters", "expected a map of dotted.path: value")
+        for key, value in params.items():
+            if not get_dotted(raw, str(key))[0]:
+                set_dotted(raw, str(key), value, cal_path, create_entries=False)
+                origins.append(_Origin(str(key), cal_path))
+    return origins
+
+
+Override = str | tuple[str, Any]  # "dotted.path=YAML value" (--set), or (dotted path, Python value)
+
+
+def override_path(o: Override) -> str:
+    """The dotted path an override writes."""
+    return o[0] if isinstance(o, tuple) else o.split("=", 1)[0].strip()
+
+
+def _override(o: Override) -> tuple[str, str, Any]:
+    """(how errors name it, path, value) of a ``--set`` string or a (path, value) pair."""
+    if isinstance(o, str):
+        return (o, *parse_set(o))
+    key, value = o
+    return f"{key}={json.dumps(value, default=str)}", key, copy.deepcopy(value)
+
+
+def load_scenario(path: str, overrides: Iterable[Override] = ()) -> tuple[Scenario, dict]:
+    """Load a scenario: its own values, then calibration values it leaves open, then the overrides in order
+    (``--set`` strings, or (dotted path, value) pairs with the same meaning).
+
+    Returns the validated scenario and the resolved mapping that was validated.
+    """
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ScenarioError(path, "", f"expected a YAML map at the top level, got {type(raw).__name__}")
+    resolved = raw  # read_yaml's own copy
+    sets = [_override(o) for o in overrides]
+    early = [s for s in sets if s[1].split(".")[0] == "calibrations"]  # which calibrations apply is set first
+    origins: list[_Origin] = []
+    for expr, key, value in early:
+        set_dotted(resolved, key, value, f"{path} (--set {expr})")
+    origins += _apply_calibrations(resolved, path)
+    for expr, key, value in sets:
+        if (expr, key, value) not in early:
+            label = f"{path} (--set {expr})"
+            origins.append(_Origin(key, label, set_dotted(resolved, key, value, label)))
+    for parent, key, where in input_file_slots(resolved):
+        if not any(k == where or where.startswith(k + ".") for _, k, _ in sets):  # a --set path: from the cwd
+            _resolve_relative(parent, key, path)
+    try:
+        return validate(resolved, path), resolved
+    except ScenarioError as exc:
+        raise _blame(exc, origins, resolved) from None
+
+
+def _resolve_relative(parent: dict, key: str, source: str) -> None:
+    """An input file written in the scenario (a trace, a lengths table) is relative to the scenario file, as
+    calibration paths are; one given with --set is relative to the current directory."""
+    value = parent[key]
+    if isinstance(value, str) and not os.path.isabs(value):
+        parent[key] = os.path.relpath(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(source)), value)))
+
+
+def _blame(exc: ScenarioError, origins: list[_Origin], resolved: dict) -> ScenarioError:
+    """Name the calibration file or --set that supplied the bad value, and hint at typos in created entries."""
+    for o in reversed(origins):
+        inside = exc.path == o.path or exc.path.startswith(o.path + ".")  # the bad value is (within) what o set
+        in_created = o.created is not None and (exc.path + ".").startswith(o.created + ".")
+        if inside or in_created:
+            problem = exc.problem
+            if o.created is not None:
+                parent, _, name = o.created.rpartition(".")
+                siblings = [k for k in get_dotted(resolved, parent)[1] if k != name]
+                hint = difflib.get_close_matches(name, siblings, n=1)
+                problem += f" (--set created a new entry '{name}' under {parent}" + (
+                    f"; did you mean '{hint[0]}'?)" if hint else ")")
+            return ScenarioError(o.source, exc.path, problem)
+    sets = [o.source.split("(--set ", 1)[1].rstrip(")") for o in origins if "(--set " in o.source]
+    if sets:  # not attributable to one override, but the overrides may be why
+        return ScenarioError(f"{exc.source} (with --set {' --set '.join(sets)})", exc.path, exc.problem)
+    return exc
+
+
+def validate(raw: dict, source: str) -> Scenario:
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise format_validation_error(source, exc) from None
+    errs = cross_reference_errors(scenario)
+    if errs:
+        path, value, expected = errs[0]
+        raise ScenarioError(source, path, expected if value is None else f"bad value {short(value)}: {expected}")
+    return scenario
+
+
+def json_schema() -> dict:
+    schema = Scenario.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "sim scenario"
+    return schema

@@ -1,0 +1,97 @@
+"""Scenario schema of the hardware: PCIe, loading, disks, GPU types, a machine's GPUs, loader and engine."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, model_validator
+
+from sim.config.base import Gen, Lanes, Strict
+from sim.config.engine import Engine
+
+
+class Pcie(Strict):
+    efficiency: float = Field(
+        0.84, gt=0, le=1,
+        description="Share of the paper PCIe bandwidth a host->GPU copy delivers (fraction). "
+        "Fitted to calibration/loading_stages.csv (84-85% measured on Gen4 x16 and Gen2 x4).",
+    )
+
+
+class LoadingConfig(Strict):
+    composition: Literal["serial", "pipelined"] = Field(
+        "serial",
+        description="serial: per-byte stage costs add (real safetensors loaders); "
+        "pipelined: stages overlap through bounded buffers (streaming loaders).",
+    )
+    chunk_mib: float = Field(256.0, ge=1, description="Size of one chunk moved through the stages (MiB); chunks are "
+                             "also cut where one GPU's share of the model ends.")
+    buffer_chunks: int = Field(2, ge=1, description="Chunks each pipelined buffer holds between two stages.")
+
+
+class Disk(Strict):
+    read_gbps: float | None = Field(
+        None, gt=0, description="Sequential read bandwidth (decimal GB/s). Required, here or from a calibration file.")
+    latency_s: float = Field(0.0, ge=0, le=60, description="Fixed cost of one chunk read request (s).")
+
+
+class GpuType(Strict):
+    vram_gib: float = Field(gt=0, description="VRAM capacity (GiB).")
+    pcie_max_gen: Gen = Field(description="Highest PCIe generation the card itself supports.")
+    pcie_max_lanes: Lanes = Field(16, description="Widest PCIe link the card itself supports (lanes).")
+    hbm_gbps: float | None = Field(None, gt=0, description="Memory bandwidth (GB/s, card spec); a dense engine's "
+                                   "iterations read the weights and KV at a share of it.")
+    tflops: float | None = Field(None, gt=0, description="Dense FP16/BF16 tensor throughput (TFLOP/s, card spec); a "
+                                 "dense engine's matrix products run at a share of it.")
+
+
+class Gpu(Strict):
+    type: str = Field(description="Key of a GPU type under 'gpus'.")
+    slot_gen: Gen = Field(description="PCIe generation the motherboard slot offers.")
+    slot_lanes: Lanes = Field(16, description="Lanes the slot offers (electrically).")
+    negotiated_gen: Gen | None = Field(
+        None, description="Generation the link really trains to under load, when lower than card and slot allow.")
+    negotiated_lanes: Lanes | None = Field(
+        None, description="Lanes the link really trains to under load, when fewer than card and slot allow.")
+    pcie_efficiency: float | None = Field(None, gt=0, le=1, description="Overrides pcie.efficiency for this link.")
+    measured_link_gbps: float | None = Field(
+        None, gt=0, description="A measured host->GPU copy rate (GB/s); replaces gen x lanes x efficiency.")
+    reserved_gib: float = Field(0.0, ge=0, description="VRAM taken by other processes and the driver (GiB).")
+
+
+class Loader(Strict):
+    s_per_gb: float | None = Field(
+        None, ge=0, description="Host-side loader cost per decimal GB (s/GB). Required, here or from a calibration.")
+    s_per_tensor: float = Field(0.0, ge=0, description="Host-side loader cost per tensor (s).")
+
+
+class Machine(Strict):
+    kind: Literal["discrete", "unified"] = Field(
+        "discrete", description="discrete: GPUs behind PCIe; unified: Apple-style unified memory, no PCIe stage.")
+    disk: str | None = Field(None, description="Key of a disk under 'disks' holding the model files (none: no loads).")
+    page_cache_gib: float = Field(0.0, ge=0, description="Host RAM available to the page cache (GiB).")
+    loader: Loader = Loader()
+    engine: Engine | None = Field(None, description="An expert-offloading engine serving an MoE model.")
+    gpus: dict[str, Gpu] = Field(default_factory=dict, description="GPUs of a discrete machine, by name.")
+    unified_memory_gib: float | None = Field(None, gt=0, description="Unified memory usable for weights (GiB).")
+    decode_tok_s: dict[str, PositiveFloat] = Field(
+        default_factory=dict, description="Measured decode rate per model key (tokens/s).")
+    decode_jitter_cv: float = Field(
+        0.0, ge=0, description="Coefficient of variation of a job's realised decode rate around the table value.")
+    resident_models: list[str] = Field(default_factory=list, description="Models loaded in VRAM at t=0.")
+    page_cache_models: list[str] = Field(default_factory=list, description="Models page-cached at t=0.")
+    busy_until_s: float = Field(0.0, ge=0, description="Work already queued on the machine at t=0 (s).")
+    on_overflow: Literal["error", "spill"] = Field(
+        "error", description="A model that does not fit in VRAM: error (machine not eligible) or spill to host RAM.")
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Machine:
+        if self.kind == "discrete" and not self.gpus:
+            raise ValueError("a discrete machine needs at least one entry under 'gpus'")
+        if self.kind == "unified":
+            if self.gpus:
+                raise ValueError("a unified-memory machine has no 'gpus' (no PCIe stage)")
+            if self.unified_memory_gib is None:
+                raise ValueError("a unified-memory machine needs 'unified_memory_gib'")
+        return self

@@ -1,0 +1,66 @@
+"""Scenario schema of a model: weights, MoE geometry with its routing law and drafts, dense geometry."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from sim.config.base import Strict
+
+
+class Routing(Strict):
+    """Expert popularity of the served workload (see sim.routing)."""
+
+    exponent: float = Field(1.0, ge=0, le=5, description="Zipf exponent of expert popularity per layer (0: uniform).")
+    locality: float = Field(0.0, ge=0, lt=1, description="Probability a lookup repeats the previous token's expert.")
+    drift_weight: float = Field(0.0, ge=0, le=1, description="Share of a request's lookups on its own hot set.")
+    drift_hot_experts: int = Field(0, ge=0, description="Experts per layer in a request's own hot set.")
+    drift_concentration: float = Field(
+        0.0, ge=0, description="0: every request has drift_weight; >0: each draws it from a Beta law of that mean and "
+        "this concentration (lower: requests differ more).")
+    exponent_spread: float = Field(
+        0.0, ge=0, le=2, description="Log-sd of a request's own skew: it routes by popularity ** exp(spread * z), "
+        "renormalised (under Zipf: its own exponent).")
+    popularity_seed: int = Field(0, ge=0, description="Which permutation of expert ids per layer the workload uses.")
+
+
+class Draft(Strict):
+    tokens: int = Field(0, ge=0, le=16, description="Draft tokens proposed per verification step (0: no drafting).")
+    acceptance: float = Field(0.0, ge=0, lt=1, description="Probability each draft token is accepted (fraction).")
+    head_mib: float = Field(0.0, ge=0, description="VRAM the draft head reserves (MiB).")
+
+
+class Moe(Strict):
+    layers: int = Field(gt=0, description="MoE layers.")
+    experts_per_layer: int = Field(gt=0, description="Routed experts per layer.")
+    top_k: int = Field(gt=0, description="Experts routed per token per layer.")
+    expert_mib: float = Field(gt=0, description="Bytes of one expert, i.e. one cache slot (MiB).")
+    dense_gib: float | None = Field(
+        None, ge=0, description="Weights outside the routed experts: attention, shared experts, embeddings (GiB).")
+    kv_kib_per_token: float | None = Field(None, ge=0, description="KV cache per token of context (KiB).")
+    routing: Routing = Routing()
+    draft: Draft = Draft()
+
+    @model_validator(mode="after")
+    def _k_fits(self) -> Moe:
+        if self.top_k > self.experts_per_layer:
+            raise ValueError("top_k cannot exceed experts_per_layer")
+        if self.routing.drift_hot_experts > self.experts_per_layer:
+            raise ValueError("routing.drift_hot_experts cannot exceed experts_per_layer")
+        return self
+
+
+class Dense(Strict):
+    """Geometry of a dense transformer (from its published configuration): what an iteration reads and computes."""
+
+    params_b: float = Field(gt=0, le=100_000, description="Parameters (billions): 2 FLOPs each per token.")
+    layers: int = Field(gt=0, description="Transformer layers.")
+    hidden: int = Field(gt=0, description="Model width: attention costs 4 x layers x hidden FLOPs per token per "
+                        "token of context.")
+    kv_kib_per_token: float = Field(gt=0, description="KV cache per token of context, all layers (KiB).")
+
+
+class ModelSpec(Strict):
+    weights_gib: float = Field(gt=0, le=65536, description="Bytes of weights to load (GiB).")
+    tensors: int = Field(0, ge=0, description="Tensors in the weight files (loader per-tensor cost).")
+    moe: Moe | None = Field(None, description="Mixture-of-experts geometry, when the model has routed experts.")
+    dense: Dense | None = Field(None, description="Dense geometry, for serving it with a continuous-batching engine.")

@@ -1,0 +1,151 @@
+"""Where a sweep's runs are simulated: this process, a local process pool (forkserver workers that import the
+simulator once), or an existing Dask cluster whose workers run this very code. Each backend yields ``(task index,
+record)`` as runs finish; a lost worker or run is a :class:`BackendFailure`, never a silently missing row."""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Callable, Iterator
+
+from sim.core.errors import ScenarioError, SimulationError
+from sim.sweeps.keys import code_digest
+from sim.sweeps.tasks import Task
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and says what was saved
+
+
+def _run_task(task: Task) -> tuple[int, dict]:
+    """One run's stored record (``sim.runner.run_record``)."""
+    from sim.runner import run_record
+
+    return task.index, run_record(task.scenario, task.seed)
+
+
+Backend = Callable[[list[Task]], Iterator[tuple[int, dict]]]
+
+
+class BackendFailure(SimulationError):
+    """The pool or cluster lost runs (a worker died, the scheduler went away): not the scenario's fault."""
+
+
+def serial_backend(tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+    for t in tasks:
+        yield _run_task(t)
+
+
+def _drain(futures, yielded: set) -> Iterator[tuple[int, dict]]:
+    """Results that are finished but not yet handed over when the sweep is stopped: saved, not thrown away."""
+    for f in futures:
+        if f not in yielded and f.done() and not f.cancelled():
+            try:
+                item = f.result()
+            except Exception:  # noqa: BLE001 - a failed run is simply not saved
+                continue
+            yielded.add(f)
+            yield item
+
+
+def pool_backend(workers: int) -> Backend:
+    def run(tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
+        # forkserver: workers start from a clean process, not a copy of this one and its threads; the server imports
+        # the simulator once (about 0.3 s of CPU) and each worker is a fork of it, not an import of its own
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        ctx = multiprocessing.get_context(method)
+        if method == "forkserver":
+            ctx.set_forkserver_preload(["__main__", "sim.sweeps.backends", "sim.runner"])
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
+        futures = [pool.submit(_run_task, t) for t in tasks]
+        yielded: set = set()
+        try:
+            for f in as_completed(futures):
+                try:
+                    item = f.result()
+                except BrokenProcessPool as exc:
+                    raise BackendFailure(f"a worker process died ({exc or 'BrokenProcessPool'})") from None
+                yielded.add(f)
+                yield item
+        except KeyboardInterrupt:
+            yield from _drain(futures, yielded)
+            raise
+        finally:  # stopped, failed or done: drop what has not started, stop the workers
+            for f in futures:
+                f.cancel()
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    return run
+
+
+_DASK_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
+
+
+class DaskBackend:
+    """Runs on an existing Dask cluster. Connects (and checks that its workers run this very sim code) when made,
+    so a wrong address fails at once, before any run is prepared."""
+
+    def __init__(self, address: str):
+        m = re.fullmatch(r"(\w+)://([^/\s:]+|\[[0-9a-fA-F:]+\]):(\d+)", address.strip())
+        if not m or m.group(1) not in _DASK_SCHEMES:
+            raise ScenarioError("--dask", address, f"a scheduler address SCHEME://HOST:PORT, SCHEME one of "
+                                f"{', '.join(_DASK_SCHEMES)} (e.g. tcp://HOST:8786)")
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ScenarioError("--dask", address, "the `distributed` package: pip install 'sim[dask]'") from None
+        self.address = address
+        try:
+            self.client = Client(address, timeout="10s", set_as_default=False)
+        except (OSError, TimeoutError, ValueError, TypeError) as exc:
+            raise ScenarioError("--dask", address, f"a reachable Dask scheduler ({type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else 'no answer'})") from None
+        try:
+            digests = self.client.run(code_digest)  # on every worker: the digest of the sim it would run
+        except Exception as exc:  # noqa: BLE001 - a worker that cannot import sim, say
+            self.close()
+            raise ScenarioError("--dask", address, f"workers that can run sim ({type(exc).__name__}: {exc})") \
+                from None
+        if not digests:
+            self.close()
+            raise ScenarioError("--dask", address, "a cluster with at least one worker")
+        other = sorted(w for w, d in digests.items() if d != code_digest())
+        if other:
+            self.close()
+            raise ScenarioError("--dask", address, f"workers running this sim's code and libraries; {len(other)} of "
+                                f"{len(digests)} run other code (e.g. {other[0]}): install this checkout there")
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __call__(self, tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+        from distributed import as_completed
+
+        client = self.client
+        futures = [client.submit(_run_task, t, key=f"sim-{t.key}-{t.index}", pure=False) for t in tasks]
+        yielded: set = set()
+        try:
+            for f in as_completed(futures, loop=client.loop):
+                try:
+                    item = f.result()
+                except (KeyboardInterrupt, SimulationError):
+                    raise
+                except Exception as exc:
+                    name = type(exc).__name__
+                    if name in ("KilledWorker", "CancelledError", "CommClosedError", "FutureCancelledError") or \
+                            isinstance(exc, OSError | TimeoutError):
+                        raise BackendFailure(f"the Dask cluster lost a run ({name}: {exc})") from None
+                    raise
+                yielded.add(f)
+                yield item
+        except KeyboardInterrupt:
+            yield from _drain(futures, yielded)
+            raise
+        finally:
+            client.cancel(futures)

@@ -332,7 +332,8 @@ def calibrate(scenario: str, logs: tuple[str, ...], tables: tuple[str, ...], ove
               max_evals: int, starts: int | None, out_file: str) -> None:
     """Fit SCENARIO's declared free parameters to measured tables, engine logs and request tables."""
     from sim.calibration.calibrate import calibrate as run_calibrate
-    from sim.calibration.calibrate import calibration_yaml, outside, plot_residuals, report_markdown
+    from sim.calibration.files import calibration_yaml, plot_residuals, report_markdown
+    from sim.calibration.result import outside
     from sim.core.output import atomic_write_text
 
     if not logs and not tables:
@@ -375,24 +376,48 @@ def calibrate(scenario: str, logs: tuple[str, ...], tables: tuple[str, ...], ove
 
 
 @main.command("validate")
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False))
+@click.option("--table", "tables", multiple=True, type=click.Path(dir_okay=False),
+              help="With SCENARIO: a measured table it maps under calibrate.tables (repeatable; default: those of its "
+              "tables found in ROOT/calibration/).")
 @click.option("--root", type=click.Path(file_okay=False), default=".", show_default=True,
               help="Project root holding scenarios/ and calibration/.")
 @click.option("--only", "groups", multiple=True, type=click.Choice(["loading", "strata", "concurrency", "basalt"]),
-              help="Check only these groups (repeatable).")
+              help="Check only these groups of the shipped tables (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the cells as JSON.")
 @user_errors
-def validate(root: str, groups: tuple[str, ...], as_json: bool) -> None:
-    """Every shipped measured table against its scenario: measured, simulated, error, tolerance per cell. Exits 1
-    when any claimed cell is outside its tolerance."""
-    from sim.calibration.validate import NOT_CHECKED
+def validate(scenario: str | None, tables: tuple[str, ...], root: str, groups: tuple[str, ...],
+             as_json: bool) -> None:
+    """Every shipped measured table against its scenario, or SCENARIO's own tables: measured, simulated, error and
+    tolerance per cell. Exits 1 when any claimed cell is outside its tolerance."""
+    from sim.calibration.validate import NOT_CHECKED, scenario_cells
     from sim.calibration.validate import validate as run_validate
     from sim.core.output import dumps
 
-    cells = run_validate(root, list(groups) or None)
+    not_checked = NOT_CHECKED
+    if scenario is None:
+        if tables:
+            raise click.UsageError("--table needs a SCENARIO whose calibrate.tables maps it")
+        cells = run_validate(root, list(groups) or None)
+    else:
+        if groups:
+            raise click.UsageError("--only picks groups of the shipped tables: give it without SCENARIO")
+        from sim.config.load import read_calibrate
+
+        declared = read_calibrate(scenario).tables
+        found = list(tables) or [p for name in declared if os.path.isfile(p := os.path.join(root, "calibration",
+                                                                                              name))]
+        if not found:
+            raise ScenarioError(scenario, "calibrate.tables", "a measured table to check: give --table FILE (one the "
+                                f"scenario maps: {', '.join(declared) or 'it maps none'})")
+        cells = scenario_cells(scenario, found)
+        given = {os.path.basename(p) for p in found}
+        not_checked = {name: f"no file {os.path.join(root, 'calibration', name)}" for name in declared
+                       if name not in given}
     outside = [c for c in cells if c.status == "OUTSIDE"]
     if as_json:
         click.echo(dumps({"cells": [c.as_dict() for c in cells], "outside": len(outside),
-                          "not_checked": NOT_CHECKED}), nl=False)
+                          "not_checked": not_checked}), nl=False)
     else:
         for c in cells:
             unit = "%" if c.kind != "share" else " pts"
@@ -401,7 +426,7 @@ def validate(root: str, groups: tuple[str, ...], as_json: bool) -> None:
             measured = f"{c.measured:.4g}" if c.lo is None else f"{c.lo:.4g}-{c.hi:.4g}"
             click.echo(f"{c.status:<8}{c.table:<28}{c.cell:<48}{measured:>12}{c.simulated:>12.4g}"
                        f"{err:>+9.1f}{unit} (tolerance {c.tolerance * 100:g}{unit}){note}")
-        for name, why in NOT_CHECKED.items():
+        for name, why in not_checked.items():
             click.echo(f"{'-':<8}{name:<28}{why}")
         click.echo(f"{len(cells)} cells: {sum(c.status == 'ok' for c in cells)} ok, {len(outside)} outside, "
                    f"{sum(c.status == 'info' for c in cells)} reported only")

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_moe_serve import moe_raw
 
-from sim.calibration.calibrate import Observation, calibrate, replay
+from sim.calibration.calibrate import calibrate
+from sim.calibration.observations import Observation, replay
 from sim.cli import main
 from sim.config.load import load_scenario
 
@@ -294,7 +295,7 @@ def test_standard_errors_follow_each_inputs_own_agreement_and_the_robust_weights
     down-weights, narrows the errors less than a plain least-squares count would say."""
     from types import SimpleNamespace
 
-    from sim.calibration.calibrate import standard_errors
+    from sim.calibration.covariance import standard_errors
     from sim.calibration.targets import Target
 
     def problem(groups: list[str]) -> SimpleNamespace:
@@ -388,7 +389,7 @@ def test_table_map_and_input_mistakes_found_before_any_fit(tables, tmp_path):
 
 
 def test_request_tables_may_name_the_hit_rate_as_requests_csv_does(tmp_path):
-    from sim.calibration.calibrate import observations
+    from sim.calibration.observations import observations
 
     t = write_csv(tmp_path / "r.csv", "prompt_tokens,output_tokens,hit_rate,decode_tok_s", ["100,50,0.9,120"])
     (o,) = observations([], [t])

@@ -26,7 +26,15 @@ from sim.dense.step import KIB, IterationCost
 
 def dense_scenario(**over):
     """A 6.7B dense model (12.5 GiB) on an 80 GiB card with round specs (1,000 GB/s, 100 TFLOP/s, efficiencies 1)."""
-    raw = {
+    raw = dense_raw()
+    for path, value in over.items():
+        set_dotted(raw, path.replace("__", "."), value, "test")
+    return validate(raw, "test")
+
+
+def dense_raw() -> dict:
+    """The mapping of :func:`dense_scenario`."""
+    return {
         "name": "dense",
         "gpus": {"card": {"vram_gib": 80, "pcie_max_gen": 4, "hbm_gbps": 1000.0, "tflops": 100.0}},
         "models": {"d7": {"weights_gib": 12.5, "dense": {"params_b": 6.7, "layers": 32, "hidden": 4096,
@@ -38,9 +46,6 @@ def dense_scenario(**over):
         "serve": {"machine": "box", "requests": 300, "prompt_tokens": 1000, "output_tokens_min": 100,
                   "output_tokens_max": 200, "workload": {"kind": "open", "rate_per_s": 2.0}},
     }
-    for path, value in over.items():
-        set_dotted(raw, path.replace("__", "."), value, "test")
-    return validate(raw, "test")
 
 
 def run(scn, seed=0, exact=False):

@@ -13,7 +13,9 @@ import pytest
 import yaml
 from conftest import CALIBRATION, ROOT
 
-from sim.calibration.calibrate import Problem, build_problem, held_sets, jacobian, standard_errors
+from sim.calibration.calibrate import build_problem
+from sim.calibration.covariance import jacobian, standard_errors
+from sim.calibration.problem import Problem, held_sets
 from sim.config.load import read_calibrate
 
 FILES = ("strata_moe.yaml", "basalt_moe.yaml")

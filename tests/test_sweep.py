@@ -130,6 +130,31 @@ def test_keys_follow_the_resolved_scenario(tmp_path):
     assert run_key(raw, 0) != before  # the trace's contents, not its name
 
 
+def test_keys_cover_every_file_a_scenario_reads(tmp_path):
+    """Each field the schema marks as an input file (a trace, a table of lengths) is hashed by its contents: editing
+    the file makes stored rows stale, renaming it alone does not."""
+    from sim.config.files import input_file_fields
+    from sim.config.load import load_scenario
+    from sim.config.paths import set_dotted
+
+    assert {"serve.workload.trace", "serve.workload.lengths"} <= set(input_file_fields())
+    _, base = load_scenario(GEN3, FAST)
+    for field in input_file_fields():
+        assert "*" not in field  # (a file under a named map would need an entry here)
+        path = tmp_path / f"{field}.csv"
+        path.write_text("prompt_tokens,output_tokens\n10,20\n")
+        raw = json.loads(json.dumps(base))
+        set_dotted(raw, field, str(path), "test")
+        before = run_key(raw, 0)
+        path.write_text("prompt_tokens,output_tokens\n10,200\n")
+        edited = run_key(raw, 0)
+        assert edited != before, field
+        moved = tmp_path / f"moved-{field}.csv"
+        path.rename(moved)
+        set_dotted(raw, field, str(moved), "test")
+        assert run_key(raw, 0) == edited, field
+
+
 def test_a_changed_scenario_reuses_no_row(tmp_path):
     out = str(tmp_path / "o")
     first = run_sweep(build_plan(HOME_LAB, ["jobs.long_with_load.tokens=1000,2000"], False, None, None, []), out,

@@ -73,13 +73,21 @@ def loading_cells(root: str) -> list[Cell]:
 def declared_cells(root: str, scenario_file: str) -> list[Cell]:
     """Every cell of the tables ``scenarios/<scenario_file>`` maps under ``calibrate.tables`` (read from
     ``calibration/``), simulated as ``sim calibrate`` simulates them, at the scenario's shipped calibration."""
+    from sim.config.load import read_calibrate
+
+    path = os.path.join(root, "scenarios", scenario_file)
+    return scenario_cells(path, [os.path.join(root, "calibration", name) for name in read_calibrate(path).tables])
+
+
+def scenario_cells(path: str, tables: list[str]) -> list[Cell]:
+    """Every cell of ``tables`` (each one the scenario maps under ``calibrate.tables``, by its file name), simulated as
+    ``sim calibrate`` simulates them, at the scenario's calibration: any scenario, any engine kind."""
     from sim.calibration.targets import TargetBuilder, check_metrics, run_experiments, simulated
     from sim.config.load import load_scenario
 
-    path = os.path.join(root, "scenarios", scenario_file)
     cal = load_scenario(path)[0].calibrate
     builder = TargetBuilder(path, cal, path)
-    targets = [t for name in cal.tables for t in builder.table(os.path.join(root, "calibration", name))]
+    targets = [t for table in tables for t in builder.table(table)]
     runs = run_experiments(targets, [], SEED, None)
     check_metrics(targets, runs)
     cells = []

@@ -1,0 +1,135 @@
+"""The requests ``sim calibrate`` replays: completed requests of engine logs (:mod:`sim.calibration.logs`) or of
+request tables (CSV columns named like the log rows: ``prompt_tokens``, ``cached_tokens``, ``output_tokens``,
+``acceptance`` and any of the measured ``prefill_tok_s``, ``decode_tok_s``, ``ttft_s``, ``expert_hit_rate``,
+``pcie_share``), each replayed through the scenario's engine one after another with its own prompt, cache hit,
+length and acceptance, and each measured figure a target."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.calibration.targets import Experiment, Target, TargetBuilder
+from sim.config.calibrate import Calibrate
+from sim.config.scenario import Scenario
+from sim.core.errors import ScenarioError
+from sim.core.tables import read_measured
+
+RATES = ("prefill_tok_s", "decode_tok_s", "ttft_s")
+SHARES = ("expert_hit_rate", "pcie_share")
+REPLAY = "requests"
+ALIASES = {"hit_rate": "expert_hit_rate"}  # the column name of requests.csv (sim run --out) and of request tables
+
+
+# What an engine's logged PCIe share counts, over routed experts. Strata: "more read by the GPU over PCIe or from
+# another GPU" (its hit-rate line), so not the misses the host CPU computes; Basalt and request tables: every routed
+# expert not served from the engine GPU's VRAM (peers, host CPU, PCIe reads).
+READS_ONLY_SHARE = {"strata"}
+
+
+@dataclass
+class Observation:
+    source: str
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    acceptance: float  # NaN: the model's
+    measured: dict[str, float]
+    engine: str = ""  # the log format it came from ("" for a request table)
+
+
+def _num(value) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def is_request_table(path: str) -> bool:
+    """A table of requests (replayed one by one) rather than a table of measured cells."""
+    _, rows = read_measured(path)
+    return bool(rows) and {"prompt_tokens", "output_tokens"} <= set(rows[0])
+
+
+def observations(logs: list[str], tables: list[str]) -> list[Observation]:
+    """The completed requests of engine logs and request tables, with what each measured."""
+    from sim.calibration.logs import log_sources, read_logs
+
+    rows: list[tuple[str, dict]] = []
+    if logs:
+        for r in read_logs(log_sources(logs)).rows:
+            file, _, line = str(r["line"]).rpartition(":")
+            rows.append((f"{os.path.basename(file)}:{line}", r))
+    for path in tables:
+        _, table = read_measured(path)
+        rows += [(f"{os.path.basename(path)} row {i + 1}", r) for i, r in enumerate(table)]
+    out = []
+    for where, r in rows:
+        prompt, output = _num(r.get("prompt_tokens")), _num(r.get("output_tokens"))
+        if prompt is None or output is None or output < 1:
+            continue  # statistics lines and partial rows carry no request to replay
+        r = {ALIASES.get(k, k): v for k, v in r.items()}
+        measured = {k: v for k in (*RATES, *SHARES) if (v := _num(r.get(k))) is not None}
+        cached = _num(r.get("cached_tokens")) or 0
+        acc = _num(r.get("acceptance"))
+        if prompt < 0 or cached < 0 or cached > prompt or (acc is not None and not 0 <= acc <= 1):
+            raise ScenarioError(where, "prompt_tokens" if prompt < 0 else "cached_tokens" if cached < 0 or
+                                cached > prompt else "acceptance",
+                                "prompt >= cached >= 0 tokens and an acceptance fraction in [0, 1]")
+        if cached >= prompt:
+            measured.pop("prefill_tok_s", None)
+        out.append(Observation(where, int(prompt), int(_num(r.get("cached_tokens")) or 0), int(output),
+                               float("nan") if acc is None else acc, measured, str(r.get("engine") or "")))
+    return out
+
+
+def replay(scn: Scenario, obs: list[Observation], seed: int, replicas: int = 1) -> list[dict[str, float]]:
+    """Replay the observed requests one after another on the scenario's engine, each ``replicas`` times; per
+    request, the medians of its observables over its replicas."""
+    from sim.engines import kind_for
+    from sim.serving.workload import RequestTable
+
+    kind = kind_for(scn)
+    assert kind is not None
+    n = len(obs) * replicas
+
+    def col(values: list) -> np.ndarray:
+        return np.tile(np.array(values), replicas)
+
+    table = RequestTable(np.full(n, np.nan), col([o.prompt_tokens for o in obs]), col([o.cached_tokens for o in obs]),
+                         col([o.output_tokens for o in obs]), col([o.acceptance for o in obs]),
+                         np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+    c = kind.replay(scn, table, np.random.default_rng(seed)).requests.columns
+    new = c["prompt_tokens"] - c["cached_tokens"]
+    reads_only = col([o.engine in READS_ONLY_SHARE for o in obs])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per = {"prefill_tok_s": np.where(c["prefill_s"] > 0, new / c["prefill_s"], np.nan),
+               "decode_tok_s": np.where(c["decode_s"] > 0, c["output_tokens"] / c["decode_s"], np.nan),
+               "ttft_s": c["ttft_s"],
+               "expert_hit_rate": np.where(c["lookups"] > 0, c["vram_hits"] / c["lookups"], np.nan),
+               # what the engine's log calls its PCIe share (READS_ONLY_SHARE): routed experts not served from the
+               # engine GPU's VRAM, or of those only what crossed PCIe or came from another GPU
+               "pcie_share": np.where(c["routed"] > 0, (c["peer_experts"] + c["cpu_experts"] * ~reads_only
+                                                        + c["pcie_reads"]) / c["routed"], np.nan)}
+    medians = {k: np.median(v.reshape(replicas, len(obs)), axis=0) for k, v in per.items()}
+    return [{k: float(v[i]) for k, v in medians.items()} for i in range(len(obs))]
+
+
+def request_targets(obs: list[Observation], builder: TargetBuilder, cal: Calibrate, scenario: str) -> list[Target]:
+    """One target per measured figure of a replayed request, with the kind and tolerance the scenario gives it."""
+    replay = Experiment(scenario, (REPLAY,))
+    out = []
+    for i, o in enumerate(obs):
+        for key, value in o.measured.items():
+            spec = cal.requests.get(key)
+            if spec is None:
+                continue
+            name = f"{o.source} {key}"
+            role, note = builder.role(name)
+            out.append(Target(name, o.source.split(" row ")[0].rsplit(":", 1)[0], value, spec.kind, spec.tolerance,
+                              key, (replay,), "request", role=role, note=note, where=(i,)))
+    return out

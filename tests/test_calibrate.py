@@ -55,6 +55,7 @@ def synthetic(tmp_path_factory):
     return folder, write_scenario(folder, 1e-3, 500.0), str(table)
 
 
+@pytest.mark.slow
 def test_calibrate_recovers_known_parameters_and_flags_what_it_cannot_see(synthetic):
     folder, scenario, table = synthetic
     res = calibrate(scenario, [], [table], seed=0)
@@ -65,6 +66,7 @@ def test_calibrate_recovers_known_parameters_and_flags_what_it_cannot_see(synthe
     assert len(res.residuals) == 80 and all(r["role"] == "fit" for r in res.residuals)
 
 
+@pytest.mark.slow
 def test_calibrate_cli_writes_calibration_report_and_plot_and_uncertainty_samples_it(synthetic):
     folder, scenario, table = synthetic
     out = folder / "fit.yaml"

@@ -42,8 +42,8 @@ def write_scenario(folder, values: dict | None, name: str = "scenario.yaml", hel
     raw["calibrate"] = {
         "free": {k: v for k, v in FREE.items() if k.removeprefix(IT) not in held},
         "held": {IT + k: {"value": TRUTH[k], "why": "known"} for k in held},
-        "tables": {TABLE: {"kind": "rows", "row_key": "rate_per_s", "row_set": {"serve.workload.rate_per_s": "rate_per_s"},
-                           "set": {"serve.requests": 600},
+        "tables": {TABLE: {"kind": "rows", "row_key": "rate_per_s",
+                           "row_set": {"serve.workload.rate_per_s": "rate_per_s"}, "set": {"serve.requests": 600},
                            "cells": {"throughput_tok_s": {"metric": "throughput_tok_s", "tolerance": 0.1},
                                      "ttft_p50_s": {"metric": "ttft_p50_s", "tolerance": 0.25},
                                      "tpot_p50_s": {"metric": "tpot_p50_s", "tolerance": 0.1}}}}}
@@ -96,6 +96,7 @@ def test_calibrate_recovers_a_dense_engines_iteration_costs_from_its_requests(de
     assert any("overhead_s" in w and "not pinned down" in w for w in free.warnings)
 
 
+@pytest.mark.slow
 def test_calibrate_recovers_them_from_a_serving_table_and_validate_checks_it(dense):
     """A benchmark at two request rates (another random realisation of the workload than the fit's), the overhead
     held as above."""

@@ -154,6 +154,7 @@ def test_an_engine_too_large_for_its_card_cannot_start():
         setup_dense(dense_scenario(machines__box__gpus__g0__reserved_gib=70.0), "box")
 
 
+@pytest.mark.slow
 def test_one_sequence_at_a_time_queues_as_m_d_1():
     """Fixed lengths and one sequence at a time: deterministic service, Poisson arrivals (Pollaczek-Khinchine)."""
     base = {"machines__box__engine__parallel": 1, "serve__prompt_tokens": 100, "serve__output_tokens_min": 20,
@@ -194,6 +195,7 @@ def test_a_dense_engine_names_what_it_is_missing(over, key):
     assert err.value.path == key
 
 
+@pytest.mark.slow
 def test_sim_run_serves_the_shipped_dense_scenario():
     out = subprocess.run([sys.executable, "-m", "sim", "run", "scenarios/a100_llama2_7b.yaml", "--json",
                           "--set", "serve.requests=300"], cwd=ROOT, capture_output=True, text=True, check=True)

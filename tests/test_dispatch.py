@@ -329,6 +329,7 @@ def test_the_decode_scatter_in_the_home_lab_is_the_pooled_scatter_of_the_measure
         assert spread.log_sd == pytest.approx(pooled, abs=5e-5)
 
 
+@pytest.mark.slow
 def test_breakeven_uncertainty_shows_how_unsure_the_break_even_is():
     from sim.calibration.uncertainty import breakeven_with_uncertainty
 
@@ -346,6 +347,7 @@ def test_breakeven_uncertainty_shows_how_unsure_the_break_even_is():
     assert held["held"] == ["machines.mining_box.decode_tok_s.9B"]  # a value given with --set is not drawn
 
 
+@pytest.mark.slow
 def test_breakeven_cli_prints_the_interval_and_json_carries_it():
     import json
 

@@ -42,6 +42,7 @@ def sweeps(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_each_shipped_sweep_draws_its_figure_deterministically(sweeps, tmp_path, name):
     a, b = tmp_path / "a.svg", tmp_path / "b.svg"
@@ -116,6 +117,7 @@ def test_an_incomplete_sweep_says_so(tmp_path):
     assert "INCOMPLETE" in (tmp_path / "f.svg").read_text()
 
 
+@pytest.mark.slow
 def test_another_process_draws_the_same_bytes(sweeps, tmp_path):
     folder = sweeps["concurrency_slots.yaml"]
     here = tmp_path / "here.svg"

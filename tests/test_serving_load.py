@@ -24,6 +24,7 @@ def queue_scenario(rho: float, law: str, requests: int, **over):
         "serve__workload__kind": "open", "serve__workload__rate_per_s": rho, **prompt, **over})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("law,rho", [(law, rho) for law in ("exponential", "fixed") for rho in (0.3, 0.5, 0.8)])
 def test_mean_queue_wait_matches_m_m_1_and_m_d_1(law, rho):
     # M/M/1: Wq = rho / (mu - lambda); M/D/1: half of it (Pollaczek-Khinchine with no service variance); mu = 1/s

@@ -43,6 +43,7 @@ def test_the_readme_gives_the_command_that_wrote_each_calibration(name):
         assert " ".join(args) in fh.read()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FILES)
 def test_each_shipped_calibration_is_what_the_code_simulates_at_its_values(name, monkeypatch):
     monkeypatch.chdir(ROOT)  # the command's paths are from the project root

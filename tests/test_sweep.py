@@ -213,6 +213,7 @@ def test_a_torn_point_file_is_run_again(tmp_path):
     assert counting.ran == 1 and again.reused == 5
 
 
+@pytest.mark.slow
 def test_one_worker_two_workers_and_dask_give_identical_tables(tmp_path):
     distributed = pytest.importorskip("distributed")
     one = run_sweep(gen3_plan(seeds=2), str(tmp_path / "one"), 3, backend=serial_backend, quiet=True)
@@ -231,6 +232,7 @@ def test_one_worker_two_workers_and_dask_give_identical_tables(tmp_path):
     assert sorted(set(frames[0]["seed"])) == [3, 4]
 
 
+@pytest.mark.slow
 def test_unreachable_dask_scheduler_is_one_line(tmp_path):
     pytest.importorskip("distributed")
     r = invoke("sweep", HOME_LAB, "--axis", "jobs.long_with_load.tokens=1000", "--dask", "tcp://127.0.0.1:1",
@@ -259,6 +261,7 @@ def _wait_for_points(out, n, proc, timeout=90):
     raise AssertionError("the sweep did not save points in time")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how, workers", [("SIGKILL", "1"), ("SIGINT", "1"), ("SIGTERM", "1"), ("SIGINT", "2")])
 def test_killed_sweep_restarts_where_it_stopped(tmp_path, how, workers):
     out = str(tmp_path / "o")

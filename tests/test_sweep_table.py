@@ -74,6 +74,7 @@ axis_values = st.one_of(st.lists(whole, min_size=1, max_size=4),
                         st.lists(mixed, min_size=1, max_size=4))  # a text axis: its values as JSON
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_pandas_free_tables_equal_pandas_tables(data, tmp_path_factory):
@@ -97,6 +98,7 @@ def test_the_empty_table_and_untyped_values(tmp_path):
     assert results_columns(_rows([axis], [0, 1], [{"m": "1.5"}, {"m": 2.0}]), [axis]) is None
 
 
+@pytest.mark.slow
 def test_a_sweep_imports_no_pandas(tmp_path):
     code = ("import sys\nfrom sim.cli import main\n"
             f"sys.argv = ['sim', 'sweep', {HOME_LAB!r}, '--axis', 'jobs.long_with_load.tokens=1000,2000', "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 from conftest import ROOT
 
@@ -11,6 +12,7 @@ from sim.calibration.validate import Cell
 from sim.cli import main
 
 
+@pytest.mark.slow
 def test_every_shipped_table_is_within_its_tolerance():
     r = CliRunner().invoke(main, ["validate", "--root", ROOT, "--json"])
     assert r.exit_code == 0, r.output[-2000:]
@@ -34,6 +36,7 @@ def test_cells_judge_rates_shares_and_ranges():
     assert Cell("t", "c", 40.0, float("nan"), 0.25).status == "OUTSIDE"
 
 
+@pytest.mark.slow
 def test_validate_fails_when_a_mechanism_is_broken(tmp_path):
     """Copy the project, break the Strata calibration (a tenfold dense step), and validate must exit 1."""
     import shutil

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.config.load import load_scenario
-from sim.config.paths import get_dotted, parse_set
+from sim.config.load import Override, load_scenario
+from sim.config.paths import get_dotted
 from sim.core.errors import ScenarioError
 from sim.runner import RunResult, summary, tables
 from sim.runner import run as run_config
@@ -34,9 +34,9 @@ _MISSING = object()
 class Scenario:
     """A scenario file with changes, validated (``config``: the validated model, read-only)."""
 
-    def __init__(self, path: str, changes: tuple[tuple[str, Any], ...] = ()) -> None:
+    def __init__(self, path: str, changes: tuple[Override, ...] = ()) -> None:
         self.path = path
-        self.changes = tuple((str(k), copy.deepcopy(v)) for k, v in changes)
+        self.changes = tuple(c if isinstance(c, str) else (str(c[0]), copy.deepcopy(c[1])) for c in changes)
         self.config, self._resolved = load_scenario(path, self.changes)
 
     def set(self, changes: str | Mapping[str, Any] | Iterable[str], value: Any = _MISSING) -> Scenario:
@@ -80,7 +80,7 @@ class Scenario:
         return Run(self, run_config(self.config, int(seed)))
 
     def __repr__(self) -> str:
-        changes = "".join(f", {k}={v!r}" for k, v in self.changes)
+        changes = "".join(f", {c!r}" if isinstance(c, str) else f", {c[0]}={c[1]!r}" for c in self.changes)
         return f"sim.Scenario({self.path!r}{changes})"
 
 
@@ -157,8 +157,8 @@ class Run:
         return f"<sim.Run of {self.scenario!r}, seed {self.seed}: {len(self.result.metrics)} metrics>"
 
 
-def _changes(changes, value: Any = _MISSING) -> tuple[tuple[str, Any], ...]:
-    """(path, value) pairs from a path and a value, a mapping, or ``--set`` strings."""
+def _changes(changes, value: Any = _MISSING) -> tuple[Override, ...]:
+    """Overrides from a path and a value, a mapping, or ``--set`` strings (kept as written: errors quote them)."""
     if isinstance(changes, str) and value is not _MISSING:
         return ((changes, value),)
     if value is not _MISSING:
@@ -167,7 +167,11 @@ def _changes(changes, value: Any = _MISSING) -> tuple[tuple[str, Any], ...]:
         changes = [changes]
     if isinstance(changes, Mapping):
         return tuple(changes.items())
-    return tuple(parse_set(c) for c in changes)
+    out = tuple(changes)
+    for c in out:
+        if not isinstance(c, str) or "=" not in c:
+            raise TypeError(f"a --set string path=value, not {c!r}")
+    return out
 
 
 def load(path: str, changes: Mapping[str, Any] | Iterable[str] | None = None) -> Scenario:

@@ -20,9 +20,9 @@ sys.path.insert(0, ROOT)
 
 @pytest.fixture
 def home_lab():
-    from sim.config.load import load_scenario
+    import sim
 
-    return load_scenario(HOME_LAB)[0]
+    return sim.load(HOME_LAB).config
 
 
 def tiny_scenario(**over) -> dict:

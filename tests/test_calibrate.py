@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_moe_serve import moe_raw
 
+import sim
 from sim.calibration.calibrate import calibrate
 from sim.calibration.observations import Observation, replay
 from sim.cli import main
-from sim.config.load import load_scenario
 
 ENGINE = "machines.server.engine."
 
@@ -41,16 +41,16 @@ def write_scenario(folder, dense_s: float, prefill_tok_s: float, calibrations=()
 def synthetic(tmp_path_factory):
     """Requests 'measured' on an engine with dense_s 3 ms and 800 prompt tok/s (the scenario says 1 ms, 500)."""
     folder = tmp_path_factory.mktemp("cal")
-    truth = load_scenario(write_scenario(folder, 3e-3, 800.0))[0]
+    truth = sim.load(write_scenario(folder, 3e-3, 800.0)).config
     rng = np.random.default_rng(5)
     obs = [Observation("x", int(p), 0, int(o), float("nan"), {}) for p, o in
            zip(rng.integers(100, 2000, 40), rng.integers(40, 300, 40), strict=True)]
-    sim = replay(truth, obs, seed=123)
+    measured = replay(truth, obs, seed=123)
     table = folder / "requests.csv"
     with open(table, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["prompt_tokens", "cached_tokens", "output_tokens", "prefill_tok_s", "decode_tok_s"])
-        for o, s in zip(obs, sim, strict=True):
+        for o, s in zip(obs, measured, strict=True):
             w.writerow([o.prompt_tokens, 0, o.output_tokens, s["prefill_tok_s"], s["decode_tok_s"]])
     return folder, write_scenario(folder, 1e-3, 500.0), str(table)
 
@@ -94,8 +94,8 @@ def test_calibrate_cli_writes_calibration_report_and_plot_and_uncertainty_sample
 
 
 def test_bad_calibration_inputs_are_one_line_errors(synthetic, tmp_path):
+    from sim import ScenarioError
     from sim.calibration.uncertainty import calibrated_parameters
-    from sim.core.errors import ScenarioError
 
     folder, scenario, table = synthetic
     empty = tmp_path / "empty.csv"
@@ -219,7 +219,7 @@ def test_calibrate_recovers_a_parameter_from_tables_alone(tables):
 def test_the_calibration_being_written_is_left_out_while_fitting(tables, tmp_path):
     """--out names one of the scenario's calibrations: the fit must neither be filled by its values nor start from
     them."""
-    from sim.core.errors import ScenarioError
+    from sim import ScenarioError
 
     folder, _, paths = tables
     stale = tmp_path / "fit.yaml"
@@ -250,7 +250,7 @@ def test_the_calibration_being_written_is_left_out_while_fitting(tables, tmp_pat
     ({"stages": [["nope"]]}, "calibrate.stages.0"),
 ])
 def test_table_map_mistakes_are_one_line_errors(tables, tmp_path, change, match):
-    from sim.core.errors import ScenarioError
+    from sim import ScenarioError
 
     folder, _, paths = tables
     with pytest.raises(ScenarioError, match=match):
@@ -266,8 +266,8 @@ def test_a_missing_quantity_names_the_table_and_the_quantity(tables, tmp_path):
 
 
 def test_measured_values_read_numbers_ranges_and_runs():
+    from sim import ScenarioError
     from sim.calibration.targets import measured_values
-    from sim.core.errors import ScenarioError
 
     assert measured_values("140.6", "t", "k") == [140.6]
     assert measured_values("35-44", "t", "k") == [35.0, 44.0]
@@ -282,7 +282,7 @@ def test_measured_values_read_numbers_ranges_and_runs():
 def test_replicas_compare_a_request_with_the_median_of_its_copies(synthetic):
     """Each replayed request simulated 5 times is the median of the same 5 copies replayed once each."""
     _, scenario, _ = synthetic
-    scn = load_scenario(scenario)[0]
+    scn = sim.load(scenario).config
     one = Observation("x", 400, 0, 120, float("nan"), {})
     copies = replay(scn, [one] * 5, seed=3)
     median = replay(scn, [one], seed=3, replicas=5)[0]
@@ -322,8 +322,8 @@ def test_standard_errors_follow_each_inputs_own_agreement_and_the_robust_weights
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=30))
 def test_measured_values_either_read_finite_numbers_or_say_why_in_one_line(text):
+    from sim import ScenarioError
     from sim.calibration.targets import measured_values
-    from sim.core.errors import ScenarioError
 
     try:
         values = measured_values(text, "t.csv", "row 1.value")
@@ -348,9 +348,9 @@ def test_measured_ranges_and_runs_read_back(a, b):
                           *[st.sampled_from(["", "0", "5", "-1", "0.5", "x", "nan", "1e3", "up", "3-4"])] * 3),
                 max_size=4))
 def test_a_malformed_bucket_table_is_a_one_line_error(tmp_path_factory, rows):
+    from sim import ScenarioError
     from sim.calibration.targets import TargetBuilder
     from sim.config.calibrate import Calibrate
-    from sim.core.errors import ScenarioError
 
     path = tmp_path_factory.mktemp("b") / "b.csv"
     path.write_text("bucket_by,low_pct,high_pct,decode_tok_s\n" + "\n".join(",".join(r) for r in rows) + "\n")
@@ -366,9 +366,9 @@ def test_a_malformed_bucket_table_is_a_one_line_error(tmp_path_factory, rows):
 def test_table_map_and_input_mistakes_found_before_any_fit(tables, tmp_path):
     """A bucket table without its high_pct column, a row_variant naming no row, a start outside its bounds, an
     --out that cannot be written: each a one-line error, found before the fit."""
+    from sim import ScenarioError
     from sim.calibration.targets import TargetBuilder
     from sim.config.load import read_calibrate
-    from sim.core.errors import ScenarioError
 
     folder, _, paths = tables
     b = write_csv(tmp_path / "b.csv", "bucket_by,low_pct,decode_tok_s", ["hit_rate,90,100"])

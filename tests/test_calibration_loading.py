@@ -6,8 +6,8 @@ import pytest
 import yaml
 from conftest import CALIBRATION, HOME_LAB
 
+import sim
 from sim.calibration.fit_loading import fit, load_raw_for_fit
-from sim.config.load import load_scenario
 from sim.core.tables import read_measured
 from sim.core.units import GB, GIB
 from sim.lab.probes import probe_machine
@@ -60,7 +60,7 @@ def test_shipped_calibration_is_reproducible():
 def test_fitted_efficiency_predicts_unseen_links():
     """pcie_links.csv rows the fit never saw: the Gen1 factory lock of the mining card (0.85 GB/s), and cards on
     other boxes (RTX 5080 on Gen4 x4: 6.0 GiB/s; RTX 5090 on Gen3 x16: 13.9 GB/s engine probe)."""
-    gen1, _ = load_scenario(HOME_LAB, [f"machines.mining_box.gpus.card{i}.negotiated_gen=1" for i in range(3)])
+    gen1 = sim.load(HOME_LAB, [f"machines.mining_box.gpus.card{i}.negotiated_gen=1" for i in range(3)]).config
     rep = probe_machine(gen1, "mining_box", "9B")
     assert rep.link.gbps == pytest.approx(0.85, rel=0.02)
     from sim.core.units import pcie_paper_gbps
@@ -72,7 +72,7 @@ def test_fitted_efficiency_predicts_unseen_links():
 
 def test_gen1_lock_slows_cold_load_less_than_link(home_lab):
     """Halving the link (Gen2 -> Gen1) costs the mining box less than half its cold load speed: stages add."""
-    gen1, _ = load_scenario(HOME_LAB, [f"machines.mining_box.gpus.card{i}.negotiated_gen=1" for i in range(3)])
+    gen1 = sim.load(HOME_LAB, [f"machines.mining_box.gpus.card{i}.negotiated_gen=1" for i in range(3)]).config
     slow = probe_machine(gen1, "mining_box", "9B").cold.gbps
     fast = probe_machine(home_lab, "mining_box", "9B").cold.gbps
     assert 0.5 < slow / fast < 0.75

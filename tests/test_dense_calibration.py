@@ -7,18 +7,19 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 
 import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import ROOT
 from test_dense_serve import dense_raw
 
 import sim
 from sim.calibration.calibrate import calibrate
 from sim.calibration.observations import Observation, replay
 from sim.cli import main
-from sim.config.load import load_scenario
 
 IT = "machines.box.engine.iteration."
 TRUTH = {"memory_efficiency": 0.6, "compute_efficiency": 0.35, "overhead_s": 0.002}
@@ -60,7 +61,7 @@ def dense(tmp_path_factory):
     rng = np.random.default_rng(5)
     obs = [Observation("x", int(p), 0, int(o), float("nan"), {}) for p, o in
            zip(rng.integers(50, 3000, 30), rng.integers(20, 300, 30), strict=True)]
-    measured = replay(load_scenario(truth)[0], obs, seed=123)
+    measured = replay(sim.load(truth).config, obs, seed=123)
     requests = folder / "requests.csv"
     with open(requests, "w", newline="") as fh:
         w = csv.writer(fh)
@@ -133,12 +134,13 @@ def test_calibrate_recovers_them_from_a_serving_table_and_validate_checks_it(den
 def test_the_shipped_dense_scenario_declares_what_a_fit_of_it_needs():
     """Its three iteration costs come from a calibration file (assumed values until someone fits them), which is
     also where `sim calibrate` writes; the fit starts from them and the scenario maps a serving table."""
-    s = sim.load("scenarios/a100_llama2_7b.yaml")
+    shipped = os.path.join(ROOT, "scenarios", "a100_llama2_7b.yaml")
+    s = sim.load(shipped)
     iteration = "machines.a100_box.engine.iteration."
     assert [s.get(iteration + k) for k in TRUTH] == [0.8, 0.5, 0.001]
     cal = s.config.calibrate
     assert {k.removeprefix(iteration) for k in cal.free} == set(TRUTH)
     assert all(math.isclose(cal.free[iteration + k].start, s.get(iteration + k)) for k in TRUTH)
     assert "a100_llama2_7b_serving.csv" in cal.tables
-    r = CliRunner().invoke(main, ["validate", "scenarios/a100_llama2_7b.yaml"])
+    r = CliRunner().invoke(main, ["validate", shipped, "--root", ROOT])
     assert r.exit_code == 2 and "--table" in r.output  # no measured table ships: it says what to give

@@ -15,9 +15,9 @@ from conftest import ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sim import ScenarioError
 from sim.config.load import validate
 from sim.config.paths import set_dotted
-from sim.core.errors import ScenarioError
 from sim.core.units import GIB
 from sim.dense.serve import dense_metrics, serve_dense
 from sim.dense.setup import setup_dense
@@ -148,7 +148,7 @@ def test_a_prompt_the_pool_cannot_hold_is_rejected_at_once():
 
 
 def test_an_engine_too_large_for_its_card_cannot_start():
-    from sim.core.errors import SimulationError
+    from sim import SimulationError
 
     with pytest.raises(SimulationError, match="does not fit"):
         setup_dense(dense_scenario(machines__box__gpus__g0__reserved_gib=70.0), "box")
@@ -240,7 +240,7 @@ def test_the_request_that_arrived_last_is_preempted_even_while_it_prefills(tmp_p
 
 
 def test_a_pool_smaller_than_a_token_cannot_start():
-    from sim.core.errors import SimulationError
+    from sim import SimulationError
 
     with pytest.raises(SimulationError, match="holds no token"):
         setup_dense(dense_scenario(machines__box__engine__iteration__kv_pool_gib=1e-4), "box")

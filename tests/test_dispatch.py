@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from conftest import HOME_LAB, tiny_scenario
 
-from sim.config.load import load_scenario, validate
+import sim
+from sim.config.load import validate
 from sim.config.scenario import TieBreak
 from sim.core.units import GB, GIB
 from sim.lab.breakeven import breakeven
@@ -147,7 +148,7 @@ def test_breakeven_when_one_machine_loads_and_decodes_faster(home_lab):
     """A fast disk and link on the mining box: it wins at every length, clearly only below ~20,000 tokens."""
     sets = ["disks.mining_box_disk.read_gbps=50", "machines.mining_box.decode_tok_s.9B=135"] + [
         f"machines.mining_box.gpus.card{i}.measured_link_gbps=50" for i in range(3)]
-    scn, _ = load_scenario(HOME_LAB, sets)
+    scn = sim.load(HOME_LAB, sets).config
     r = breakeven(scn, "9B", "mining_box", "rtx4090_box", seed=0)
     assert math.isinf(r["breakeven_tokens"]) and r["wins_short_jobs"] == "mining_box"
     assert r["clear_win"]["rtx4090_box"] is None
@@ -159,7 +160,7 @@ def test_breakeven_when_one_machine_loads_and_decodes_faster(home_lab):
 
 def test_breakeven_gives_each_machine_its_own_random_stream(home_lab):
     sets = ["machines.mining_box.decode_jitter_cv=0.2", "machines.rtx4090_box.decode_jitter_cv=0.2"]
-    scn, _ = load_scenario(HOME_LAB, sets)
+    scn = sim.load(HOME_LAB, sets).config
     r = breakeven(scn, "9B", "mining_box", "rtx4090_box", seed=1)
     again = breakeven(scn, "9B", "mining_box", "rtx4090_box", seed=1)
     assert r["breakeven_tokens"] == again["breakeven_tokens"]
@@ -167,7 +168,7 @@ def test_breakeven_gives_each_machine_its_own_random_stream(home_lab):
 
 
 def test_breakeven_rejects_bad_names(home_lab):
-    from sim.core.errors import ScenarioError
+    from sim import ScenarioError
 
     with pytest.raises(ScenarioError, match="did you mean 'mining_box'"):
         breakeven(home_lab, "9B", "mining_bx", "rtx4090_box", 0)
@@ -188,8 +189,8 @@ def test_linear_region():
 
 def test_breakeven_moves_with_the_link():
     """What-if: the mining cards at Gen1 (factory lock) load slower, so the break-even moves out."""
-    slow, _ = load_scenario(HOME_LAB, [f"machines.mining_box.gpus.card{i}.negotiated_gen=1" for i in range(3)])
-    base, _ = load_scenario(HOME_LAB)
+    slow = sim.load(HOME_LAB, [f"machines.mining_box.gpus.card{i}.negotiated_gen=1" for i in range(3)]).config
+    base = sim.load(HOME_LAB).config
     a = breakeven(base, "9B", "mining_box", "rtx4090_box", 0)["breakeven_tokens"]
     b = breakeven(slow, "9B", "mining_box", "rtx4090_box", 0)["breakeven_tokens"]
     assert b > a
@@ -261,7 +262,7 @@ def test_machines_naming_one_disk_share_it():
 
 
 def test_resident_model_that_cannot_fit_is_an_error():
-    from sim.core.errors import SimulationError
+    from sim import SimulationError
 
     raw = tiny_scenario()
     raw["gpus"]["card"]["vram_gib"] = 6
@@ -286,7 +287,7 @@ def test_projection_remembers_what_queued_loads_leave_in_the_page_cache():
 def test_breakeven_machines_draw_independent_jitter():
     """Each machine's realised decode rate (slope of its simulated completions) moves by its own random factor."""
     sets = ["machines.mining_box.decode_jitter_cv=0.2", "machines.rtx4090_box.decode_jitter_cv=0.2"]
-    scn, _ = load_scenario(HOME_LAB, sets)
+    scn = sim.load(HOME_LAB, sets).config
     r = breakeven(scn, "9B", "mining_box", "rtx4090_box", seed=1)
     factor = {}
     for m in ("mining_box", "rtx4090_box"):
@@ -299,7 +300,7 @@ def test_breakeven_machines_draw_independent_jitter():
 
 def test_breakeven_includes_the_spill_decode_cost(home_lab):
     sets = ["machines.mining_box.on_overflow=spill", "gpus.mining_card.vram_gib=6"]
-    scn, _ = load_scenario(HOME_LAB, sets)
+    scn = sim.load(HOME_LAB, sets).config
     r = breakeven(scn, "9B", "mining_box", "rtx4090_box", seed=0)
     assert r["spilled_gib"]["mining_box"] == pytest.approx(2.0)
     assert r["decode_tok_s"]["mining_box"] < 146
@@ -323,7 +324,7 @@ def test_the_decode_scatter_in_the_home_lab_is_the_pooled_scatter_of_the_measure
                 triples.append([float(x) for x in r["decode_tok_s_values"].split(";")])
     assert len(triples) == 4 and all(len(t) == 3 for t in triples)
     pooled = math.sqrt(np.mean([np.var(np.log(t), ddof=1) for t in triples]))
-    scn, _ = load_scenario(HOME_LAB)
+    scn = sim.load(HOME_LAB).config
     assert set(scn.uncertainty) == {f"machines.{m}.decode_tok_s.9B" for m in ("rtx4090_box", "mining_box")}
     for spread in scn.uncertainty.values():
         assert spread.log_sd == pytest.approx(pooled, abs=5e-5)

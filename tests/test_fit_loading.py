@@ -6,8 +6,8 @@ import pytest
 import yaml
 from conftest import CALIBRATION, HOME_LAB
 
+from sim import ScenarioError
 from sim.calibration.fit_loading import fit, load_raw_for_fit
-from sim.core.errors import ScenarioError
 
 STAGES = os.path.join(CALIBRATION, "loading_stages.csv")
 

@@ -251,7 +251,7 @@ def test_slower_tiers_cost_more():
 
 
 def test_engine_tiers_are_validated():
-    from sim.core.errors import ScenarioError
+    from sim import ScenarioError
 
     with pytest.raises(ScenarioError, match="peers.g9"):
         moe_scenario(machines__server__engine__peers={"g9": {"expert_s": 1e-6, "latency_s": 0}})
@@ -260,7 +260,7 @@ def test_engine_tiers_are_validated():
 
 
 def test_engine_overhead_from_dense_weights_kv_and_runtime():
-    from sim.core.errors import ScenarioError
+    from sim import ScenarioError
 
     scn = moe_scenario(machines__server__engine__overhead_gib=None, models__moe__moe__dense_gib=0.1,
                        models__moe__moe__kv_kib_per_token=64, machines__server__engine__context_tokens=1024,
@@ -304,7 +304,7 @@ def test_counts_fidelity_agrees_with_every_lookup_across_tiers():
 
 
 def test_peer_copies_are_capped_and_negative_slots_rejected():
-    from sim.core.errors import ScenarioError
+    from sim import ScenarioError
 
     eng = setup_engine(tiered_scenario(machines__server__engine__peers__g1__slots=10_000), "server")
     assert eng.peer_slots == (512 - 312,)  # only the experts the VRAM cache does not hold
@@ -315,7 +315,7 @@ def test_peer_copies_are_capped_and_negative_slots_rejected():
 
 
 def test_an_engine_larger_than_its_card_cannot_start():
-    from sim.core.errors import SimulationError
+    from sim import SimulationError
 
     with pytest.raises(SimulationError, match="does not fit"):
         setup_engine(moe_scenario(machines__server__engine__overhead_gib=1.0), "server")

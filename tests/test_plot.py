@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import ROOT
 
+import sim
 from sim.cli import main
 from sim.sweeps.run import run_sweep
 from sim.sweeps.spec import build_plan
@@ -91,7 +92,6 @@ def test_dispatch_break_even_is_the_closed_form(sweeps):
     """Estimates are linear in tokens, so where the two lines cross between sweep points is the break-even."""
     import pandas as pd
 
-    from sim.config.load import load_scenario
     from sim.lab.breakeven import breakeven
     from sim.viz.presets import _crossing
 
@@ -101,7 +101,7 @@ def test_dispatch_break_even_is_the_closed_form(sweeps):
     cross = _crossing(sub["tokens"].to_numpy(dtype=float), diff)
     params = {c[len("param."):]: sub[c].iloc[0] for c in sub.columns if c.startswith("param.")}
     sets = [f"{k}={float(v)!r}" for k, v in params.items()]
-    scn, _ = load_scenario(os.path.join(ROOT, "scenarios", "home_lab.yaml"), sets)
+    scn = sim.load(os.path.join(ROOT, "scenarios", "home_lab.yaml"), sets).config
     closed = breakeven(scn, "9B", "mining_box", "rtx4090_box", 0)["closed_form"]["breakeven_tokens"]
     assert cross == pytest.approx(closed, abs=1.0)
 

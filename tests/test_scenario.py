@@ -8,9 +8,10 @@ from conftest import HOME_LAB, tiny_scenario
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.config.load import load_scenario, validate
+import sim
+from sim import ScenarioError
+from sim.config.load import validate
 from sim.config.paths import parse_set, set_dotted
-from sim.core.errors import ScenarioError
 from sim.core.output import atomic_write_text
 
 keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max_size=8).filter(
@@ -89,11 +90,11 @@ def test_unified_machine_rules():
 
 
 def test_calibration_overlay_fills_the_scenario():
-    scn, resolved = load_scenario(HOME_LAB)
+    scn = sim.load(HOME_LAB).config
     assert scn.disks["rtx4090_box_disk"].read_gbps == pytest.approx(3.046, rel=1e-3)
     assert "read_gbps" not in yaml.safe_load(open(HOME_LAB))["disks"]["rtx4090_box_disk"]
     # --set wins over the calibration
-    scn, _ = load_scenario(HOME_LAB, ["disks.rtx4090_box_disk.read_gbps=7"])
+    scn = sim.load(HOME_LAB, ["disks.rtx4090_box_disk.read_gbps=7"]).config
     assert scn.disks["rtx4090_box_disk"].read_gbps == 7
 
 
@@ -124,14 +125,14 @@ def write_scenario(tmp_path, edit=None, calibration=None):
 
 def test_scenario_values_win_over_calibration(tmp_path):
     path = write_scenario(tmp_path, lambda r: r["disks"]["rtx4090_box_disk"].update(read_gbps=7.0))
-    scn, _ = load_scenario(path)
+    scn = sim.load(path).config
     assert scn.disks["rtx4090_box_disk"].read_gbps == 7.0
     assert scn.disks["mining_box_disk"].read_gbps == pytest.approx(1.45, rel=1e-2)
 
 
 def test_set_calibrations_applies_before_the_calibration_files():
     with pytest.raises(ScenarioError) as err:
-        load_scenario(HOME_LAB, ["calibrations=[]"])
+        sim.load(HOME_LAB, ["calibrations=[]"])
     assert "read_gbps" in err.value.path and "calibration" in err.value.problem
 
 
@@ -140,7 +141,7 @@ def test_bad_calibration_value_blames_the_calibration_file(tmp_path):
     cal.write_text("parameters:\n  pcie.efficiency: 1.5\n")
     path = write_scenario(tmp_path, calibration=str(cal))
     with pytest.raises(ScenarioError) as err:
-        load_scenario(path)
+        sim.load(path)
     assert err.value.source.endswith("cal.yaml") and err.value.path == "pcie.efficiency"
 
 
@@ -151,33 +152,33 @@ def test_calibration_for_a_missing_machine_is_an_error(tmp_path):
         raw["jobs"]["long_resident"]["resident_on"] = ["rtx4090", "mining_box"]
 
     with pytest.raises(ScenarioError, match="no key 'rtx4090_box' under machines .did you mean 'rtx4090'"):
-        load_scenario(write_scenario(tmp_path, rename))
+        sim.load(write_scenario(tmp_path, rename))
 
 
 def test_duplicate_keys_are_rejected(tmp_path):
     path = tmp_path / "dup.yaml"
     path.write_text("name: a\nname: b\n")
     with pytest.raises(ScenarioError, match="appears twice"):
-        load_scenario(str(path))
+        sim.load(str(path))
 
 
 def test_negotiated_link_cannot_exceed_card_or_slot():
     with pytest.raises(ScenarioError) as err:
-        load_scenario(HOME_LAB, ["machines.mining_box.gpus.card0.negotiated_gen=4"])
+        sim.load(HOME_LAB, ["machines.mining_box.gpus.card0.negotiated_gen=4"])
     assert err.value.path == "machines.mining_box.gpus.card0.negotiated_gen" and "--set" in err.value.source
 
 
 def test_new_entries_by_set_and_typo_hints():
-    scn, _ = load_scenario(HOME_LAB, ["machines.mining_box.gpus.card3.type=mining_card",
-                                      "machines.mining_box.gpus.card3.slot_gen=3"])
+    scn = sim.load(HOME_LAB, ["machines.mining_box.gpus.card3.type=mining_card",
+                                 "machines.mining_box.gpus.card3.slot_gen=3"]).config
     assert len(scn.machines["mining_box"].gpus) == 4
     with pytest.raises(ScenarioError) as err:
-        load_scenario(HOME_LAB, ["machines.rtx4090_bx.page_cache_gib=3"])
+        sim.load(HOME_LAB, ["machines.rtx4090_bx.page_cache_gib=3"])
     assert "did you mean 'rtx4090_box'" in str(err.value) and "--set" in err.value.source
 
 
 def test_numbers_are_read_as_text_where_text_is_expected():
-    scn, _ = load_scenario(HOME_LAB, ["name=123"])
+    scn = sim.load(HOME_LAB, ["name=123"]).config
     assert scn.name == "123"
 
 
@@ -199,39 +200,34 @@ def test_schema_does_not_require_calibrated_values():
 ])
 def test_more_bad_values(override, words):
     if words is None:
-        load_scenario(HOME_LAB, [override])
+        sim.load(HOME_LAB, [override])
         return
     with pytest.raises(ScenarioError, match=words):
-        load_scenario(HOME_LAB, [override])
+        sim.load(HOME_LAB, [override])
 
 
 def test_names_with_dots_are_rejected(tmp_path):
     path = write_scenario(tmp_path, lambda r: r["models"].update({"v1.5": {"weights_gib": 3}}))
     with pytest.raises(ScenarioError, match="without dots") as err:
-        load_scenario(path)
+        sim.load(path)
     assert err.value.path == "models.v1.5"
 
 
 def test_error_inside_the_scenario_is_not_blamed_on_the_calibration(tmp_path):
     path = write_scenario(tmp_path, lambda r: r["machines"]["rtx4090_box"].update(gpus={}))
     with pytest.raises(ScenarioError) as err:
-        load_scenario(path)
+        sim.load(path)
     assert err.value.source == path and err.value.path == "machines.rtx4090_box"
 
 
 def test_unattributable_error_mentions_the_overrides():
     with pytest.raises(ScenarioError) as err:
-        load_scenario(HOME_LAB, ["models={}"])
+        sim.load(HOME_LAB, ["models={}"])
     assert "--set models={}" in err.value.source
 
 
 def test_resident_models_that_do_not_fit_together():
-    import numpy as np
-
-    from sim.core.errors import SimulationError
-    from sim.lab.labsim import run_jobs
-
-    scn, _ = load_scenario(HOME_LAB, ["models.9C.weights_gib=20", "machines.rtx4090_box.resident_models=[9B, 9C]",
-                                      "dispatch.isolation=shared", "jobs.long_resident.resident_on=null"])
-    with pytest.raises(SimulationError, match="do not fit .* together"):
-        run_jobs(scn, np.random.default_rng(0))
+    s = sim.load(HOME_LAB, ["models.9C.weights_gib=20", "machines.rtx4090_box.resident_models=[9B, 9C]",
+                            "dispatch.isolation=shared", "jobs.long_resident.resident_on=null"])
+    with pytest.raises(sim.SimulationError, match="do not fit .* together"):
+        s.run(seed=0)

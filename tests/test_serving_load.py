@@ -9,6 +9,7 @@ import pytest
 from conftest import CALIBRATION, ROOT
 from test_moe_serve import moe_scenario, serve
 
+import sim
 from sim.moe.serve import serve_metrics
 
 
@@ -40,10 +41,9 @@ def test_mean_queue_wait_matches_m_m_1_and_m_d_1(law, rho):
 
 
 def concurrency_scenario(clients: int):
-    from sim.config.load import load_scenario
 
     path = os.path.join(ROOT, "scenarios", "gen3_5090_concurrency.yaml")
-    return load_scenario(path, [f"serve.workload.clients={clients}"])[0]
+    return sim.load(path, [f"serve.workload.clients={clients}"]).config
 
 
 @pytest.fixture(scope="module")
@@ -106,10 +106,9 @@ def test_admission_rejects_when_the_queue_is_full_and_cancels_on_timeout():
 
 def test_strata_engine_queues_32_clients_without_bound():
     """strata_overload.md: at 32 concurrent clients every request queued and finished (no admission control)."""
-    from sim.config.load import load_scenario
 
     path = os.path.join(ROOT, "scenarios", "gen3_5090_concurrency.yaml")
-    scn = load_scenario(path, ["serve.workload.clients=32", "serve.workload.runs=1", "serve.requests=96"])[0]
+    scn = sim.load(path, ["serve.workload.clients=32", "serve.workload.runs=1", "serve.requests=96"]).config
     m = serve_metrics(*serve(scn, np.random.default_rng(1)))
     assert m["requests_rejected"] == 0 and m["requests_completed"] == 96
     assert m["queue_peak"] == 31  # all but the one in the slot wait
@@ -219,7 +218,7 @@ def test_continuous_batching_serves_the_union_of_experts():
 
 
 def test_more_clients_than_a_run_has_requests_is_an_error():
-    from sim.core.errors import ScenarioError
+    from sim import ScenarioError
 
     with pytest.raises(ScenarioError, match="serve.workload.clients"):
         load_scenario_small(serve__workload__kind="closed", serve__workload__clients=40, serve__requests=60,

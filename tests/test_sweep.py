@@ -17,8 +17,8 @@ from conftest import HOME_LAB, ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sim import ScenarioError
 from sim.cli import main
-from sim.core.errors import ScenarioError
 from sim.sweeps.backends import pool_backend, serial_backend
 from sim.sweeps.keys import run_key
 from sim.sweeps.run import Store, run_sweep

@@ -10,8 +10,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_moe_serve import moe_scenario
 
+from sim import ScenarioError
 from sim.config.serve import Serve
-from sim.core.errors import ScenarioError
 from sim.serving.workload import RequestTable, agent_contexts, build_table, read_trace
 
 AZURE = "arrived_at,num_prefill_tokens,num_decode_tokens"

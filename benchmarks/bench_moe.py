@@ -14,10 +14,19 @@ import time
 import numpy as np
 from common import ROOT, reference_loop_s  # puts the project on sys.path
 
-from sim.config.load import load_scenario
-from sim.moe.serve import decode_request, serve, setup_engine
+import sim
+from sim.moe.decode_batch import decode_many
+from sim.moe.lookups import decode_request
 
 SCENARIO = f"{ROOT}/scenarios/gen3_5090.yaml"
+
+
+def decode_one(eng, fidelity: str, rng: np.random.Generator) -> None:
+    """One 1,000-token request's decode, by counts (vectorised) or by every lookup."""
+    if fidelity == "counts":
+        decode_many(eng, np.array([1000]), np.array([np.nan]), rng)
+    else:
+        decode_request(eng, 1000, rng)
 
 
 def main() -> None:
@@ -27,18 +36,18 @@ def main() -> None:
     ref = min(reference_loop_s() for _ in range(3))
     print(f"reference loop: {ref * 1e3:.1f} ms")
     for fidelity, requests in (("counts", args.requests), ("lookups", max(10, args.requests // 10))):
-        scn, _ = load_scenario(SCENARIO, [f"serve.requests={requests}", f"serve.fidelity={fidelity}"])
+        scenario = sim.load(SCENARIO, {"serve.requests": requests, "serve.fidelity": fidelity})
         start = time.perf_counter()
-        _, recs, _ = serve(scn, np.random.default_rng(0))
+        run = scenario.run(seed=0)
         wall = time.perf_counter() - start
-        tokens = sum(r.output_tokens for r in recs)
-        eng = setup_engine(scn, scn.serve.machine)
+        tokens = int(run.metrics["output_tokens"])
+        eng = scenario.engine()
         rng = np.random.default_rng(1)
-        decode_request(eng, 1000, rng, fidelity)  # warm-up
+        decode_one(eng, fidelity, rng)  # warm-up
         per = []
         for _ in range(20 if fidelity == "counts" else 3):
             t0 = time.perf_counter()
-            decode_request(eng, 1000, rng, fidelity)
+            decode_one(eng, fidelity, rng)
             per.append(time.perf_counter() - t0)
         ms = 1e3 * float(np.median(per))
         print(f"{fidelity:<8} {requests:>5} requests, {tokens:>7} tokens in {wall:6.2f} s: "

@@ -16,8 +16,8 @@ import time
 import numpy as np
 from common import ROOT, reference_loop_s  # puts the project on sys.path
 
-from sim.config.load import load_scenario
-from sim.moe.serve import serve, serve_metrics
+import sim
+from sim.moe.serve import MoeEngine, serve_metrics
 
 SCENARIO = f"{ROOT}/scenarios/azure_conv_5090.yaml"
 
@@ -29,9 +29,8 @@ def main() -> None:
     args = ap.parse_args()
     ref = min(reference_loop_s() for _ in range(3))
     print(f"reference loop: {ref * 1e3:.1f} ms")
-    scn, _ = load_scenario(args.scenario, [f"serve.requests={args.requests}"])
+    scn = sim.load(args.scenario, {"serve.requests": args.requests}).config
     import sim.moe.serve as ms
-    import sim.serving.queue as sv
 
     timings: dict[str, float] = {"work": 0.0, "events": 0.0}
 
@@ -43,13 +42,14 @@ def main() -> None:
             return out
         return wrapper
 
-    ms.request_work = timed("work", sv.request_work)
-    ms.simulate = timed("events", sv.simulate)
+    ms.request_work = timed("work", ms.request_work)
+    ms.run_queue = timed("events", ms.run_queue)
     start = time.perf_counter()
-    eng, recs, tl = serve(scn, np.random.default_rng(0))
-    m = serve_metrics(eng, recs, tl)
+    served = MoeEngine().serve(scn, np.random.default_rng(0))
+    recs = served.requests
+    m = serve_metrics(served.setup, recs, served.timeline)
     wall = time.perf_counter() - start
-    tokens = sum(r.output_tokens for r in recs)
+    tokens = int(recs.output_tokens.sum())
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{len(recs):,} requests, {tokens:,} generated tokens, {m['makespan_s']:,.0f} simulated s in {wall:.2f} s "
           f"wall ({wall / ref:.0f} reference loops), peak RSS {peak:.0f} MB")

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 
 from sim.config.load import Override, load_scenario
 from sim.config.paths import get_dotted
@@ -54,7 +55,7 @@ class Scenario:
         for part in path.split("."):
             if isinstance(node, Mapping) and part in node:
                 node = node[part]
-            elif hasattr(node, "model_fields") and part in type(node).model_fields:
+            elif isinstance(node, BaseModel) and part in type(node).model_fields:
                 node = getattr(node, part)
             else:
                 raise KeyError(path)

@@ -12,7 +12,7 @@ import numpy as np
 from sim.config.links import link_info
 from sim.config.scenario import Scenario
 from sim.engines import kind_for
-from sim.lab.labsim import JobRecord, run_jobs
+from sim.lab.jobs import JobRecord, run_jobs
 from sim.lab.probes import ProbeReport, link_metrics, probe_machine, probe_metrics
 from sim.lab.resources import has_load_path
 from sim.serving.engine import EngineKind, ServeRun

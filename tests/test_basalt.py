@@ -14,7 +14,7 @@ from sim.core.tables import read_measured
 THREE = os.path.join(ROOT, "scenarios", "basalt_3gpu.yaml")
 TWO = os.path.join(ROOT, "scenarios", "basalt_2gpu_vision.yaml")
 ENGINE = "machines.basalt_box.engine."
-SEED = 11  # not the fit's seed (sim.validate.SEED)
+SEED = 11  # not the fit's seed (sim.calibration.validate.SEED)
 
 
 def table(name: str) -> list[dict]:

@@ -12,7 +12,7 @@ from sim.config.scenario import TieBreak
 from sim.core.units import GB, GIB
 from sim.lab.breakeven import breakeven
 from sim.lab.dispatch import Estimate, decide, linear_region, relative_gap
-from sim.lab.labsim import run_jobs
+from sim.lab.jobs import run_jobs
 
 
 def test_decide_clear_win_and_tie_rules():

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from sim.config.load import validate
 from sim.core.units import GB, GIB, MIB
 from sim.lab import loading
-from sim.lab.loadsim import Rig, load
 from sim.lab.pagecache import PageCache
+from sim.lab.pipeline import Rig, load
 from sim.lab.resources import MemoryTarget, memory_targets, stage_costs
 
 CHUNK_GB = GIB / GB  # 1 GiB chunks in the tiny scenario

@@ -1,4 +1,4 @@
-"""Engine log parsers (sim.logs): the shipped real lines, each format's variants, and garbage."""
+"""Engine log parsers (sim.calibration.logs): the shipped real lines, each format's variants, and garbage."""
 
 from __future__ import annotations
 

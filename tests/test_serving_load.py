@@ -1,4 +1,5 @@
-"""Serving under load: queueing oracles, Little's law, workloads, admission, slots (sim.server, sim.workload)."""
+"""Serving under load: queueing oracles, Little's law, workloads, admission, slots (sim.serving.queue,
+sim.serving.workload)."""
 
 from __future__ import annotations
 

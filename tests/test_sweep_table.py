@@ -1,4 +1,4 @@
-"""The sweep's tables written without pandas (sim.sweep_table) are the tables pandas writes: results.csv byte for
+"""The sweep's tables written without pandas (sim.sweeps.table) are the tables pandas writes: results.csv byte for
 byte, results.parquet read back by pandas as an equal frame (dtypes included) with the same Arrow schema; rows the
 pandas-free writer does not type go through pandas."""
 
@@ -26,7 +26,7 @@ def _axis(name, values):
 
 
 def _rows(axes: list[Axis], points: list[int], metrics: list[dict], params: list[dict] | None = None) -> list[dict]:
-    """Rows as sim.sweep.table_rows makes them."""
+    """Rows as sim.sweeps.results.table_rows makes them."""
     rows = []
     for i, (p, m) in enumerate(zip(points, metrics, strict=True)):
         row = {"point": p, **{a.name: a.values[p % len(a.values)] for a in axes}, "seed": 7 + i}

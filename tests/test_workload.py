@@ -1,4 +1,5 @@
-"""Request workloads (sim.workload): trace CSVs and their errors, agent contexts, and the tables scenarios build."""
+"""Request workloads (sim.serving.workload): trace CSVs and their errors, agent contexts, and the tables scenarios
+build."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Free parameters (all physical):
   ``machines.<m>.loader.s_per_gb`` (s per GB).
 A parameter the scenario file itself sets is held fixed at that value (the scenario would override a fitted one).
 
-The model is the loading mechanism itself (:mod:`sim.loading`, with the scenario's composition, buffers, chunking,
+The model is the loading mechanism itself (:mod:`sim.lab.loading`, with the scenario's composition, buffers, chunking,
 latencies and per-tensor costs). Residuals are relative errors of predicted load seconds for each measured rate,
 fitted by scipy's least_squares (soft-L1 loss). Standard errors come from the Jacobian; a parameter is reported as
 exactly determined when every observation it depends on has leverage 1 (the data fix it with no check left).

@@ -1,12 +1,13 @@
 """Measured tables as targets: each measured cell, the experiment that simulates it, and the metric it is.
 
-A scenario says under ``calibrate.tables`` how each measured table maps onto it (see :class:`sim.scenario.TableMap`):
-``quantities`` tables (``quantity,value`` rows) name a metric per quantity; ``rows`` tables (one row per setting)
-set scenario values from each row's columns and name a metric per measured column; ``buckets`` tables pool the
-requests of some variants and bucket them by spill share or hit rate. A *variant* is the scenario (``base``), another
-scenario file or changed values, on which a table was measured. An *experiment* is a variant plus the workload a
-cell needs, as ``--set`` overrides; it is simulated once per evaluation however many cells read it, with a random
-stream derived from its own key, so adding a table never changes another table's numbers.
+A scenario says under ``calibrate.tables`` how each measured table maps onto it (see
+:class:`sim.config.calibrate.TableMap`): ``quantities`` tables (``quantity,value`` rows) name a metric per quantity;
+``rows`` tables (one row per setting) set scenario values from each row's columns and name a metric per measured
+column; ``buckets`` tables pool the requests of some variants and bucket them by spill share or hit rate. A *variant*
+is the scenario (``base``), another scenario file or changed values, on which a table was measured. An *experiment*
+is a variant plus the workload a cell needs, as ``--set`` overrides; it is simulated once per evaluation however many
+cells read it, with a random stream derived from its own key, so adding a table never changes another table's
+numbers.
 
 ``sim calibrate`` fits free parameters to these targets (and to replayed requests of logs); ``sim validate`` checks
 the same targets against their tolerances.

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from sim.config.load import load_scenario
+from sim.config.load import load_scenario, override_path
 from sim.config.paths import number_at
 from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
@@ -36,7 +36,7 @@ def calibrated_parameters(path: str, overrides: list[str]
     log-space bounds the fit searched (rows of lo, hi; infinite where the file names none)."""
     scn, raw = load_scenario(path, overrides)
     base = os.path.dirname(os.path.abspath(path))
-    fixed = {o.split("=", 1)[0].strip() for o in overrides}
+    fixed = {override_path(o) for o in overrides}
     names: list[str] = []
     means: list[float] = []
     bounds: list[tuple[float, float]] = []

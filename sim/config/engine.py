@@ -10,7 +10,7 @@ from sim.config.base import Strict
 
 
 class StepCost(Strict):
-    """Decode step-time mechanism of an expert-offloading engine (sim.stepcost); every value fitted, in seconds."""
+    """Decode step-time mechanism of an expert-offloading engine (sim.moe.stepcost); every value fitted, in seconds."""
 
     dense_s: float | None = Field(None, gt=0, description="GPU time of a verification step outside routed experts (s).")
     gpu_expert_s: float | None = Field(None, ge=0, description="GPU time per resident expert a step touches (s).")
@@ -56,7 +56,7 @@ class PeerTier(Strict):
 
 
 class Prefill(Strict):
-    """Prompt processing in chunks (sim.prefill): compute, streaming of the experts a chunk touches that are not in
+    """Prompt processing in chunks (sim.moe.prefill): compute, streaming of the experts a chunk touches that are not in
     the engine GPU's VRAM (overlapped with compute), KV beyond the resident cells through host RAM."""
 
     chunk_tokens: int = Field(2048, gt=0, description="Prompt tokens per chunk (ubatch).")
@@ -87,7 +87,7 @@ class LayerSplit(Strict):
 
 
 class Iteration(Strict):
-    """Iteration cost of a dense continuous-batching engine (sim.dense_step): each iteration takes ``overhead_s`` +
+    """Iteration cost of a dense continuous-batching engine (sim.dense.step): each iteration takes ``overhead_s`` +
     the longer of its reads (weights once, plus every sequence's KV) at ``memory_efficiency`` x the card's
     ``hbm_gbps`` and its arithmetic (2 FLOPs per parameter per token, attention per token pair) at
     ``compute_efficiency`` x its ``tflops``."""

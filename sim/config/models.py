@@ -8,7 +8,7 @@ from sim.config.base import Strict
 
 
 class Routing(Strict):
-    """Expert popularity of the served workload (see sim.routing)."""
+    """Expert popularity of the served workload (see sim.moe.routing)."""
 
     exponent: float = Field(1.0, ge=0, le=5, description="Zipf exponent of expert popularity per layer (0: uniform).")
     locality: float = Field(0.0, ge=0, lt=1, description="Probability a lookup repeats the previous token's expert.")

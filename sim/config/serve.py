@@ -10,7 +10,7 @@ from sim.config.base import Strict, input_file
 
 
 class Workload(Strict):
-    """Where requests come from (sim.workload)."""
+    """Where requests come from (sim.serving.workload)."""
 
     kind: Literal["sequential", "closed", "open", "trace", "agent"] = Field(
         "sequential", description="sequential: one request after another; closed: `clients` clients, each sending "

@@ -18,7 +18,7 @@ import numpy as np
 from sim.config.scenario import Job, Scenario
 from sim.core.errors import ScenarioError, SimulationError
 from sim.lab.dispatch import breakeven_closed_form
-from sim.lab.labsim import Lab, single_job_completion_s
+from sim.lab.jobs import Lab, single_job_completion_s
 
 MAX_TOKENS = 10**12
 

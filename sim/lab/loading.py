@@ -8,8 +8,8 @@ A load moves a model's weight bytes in chunks through up to three stages:
 
 Composition ``serial`` adds the stage times of every chunk. Composition ``pipelined`` overlaps the stages: with
 stage completion times C_s[i] of chunk i, C_s[i] = max(C_s[i-1], C_{s-1}[i]) + t_s[i] (a flow shop), which for
-equal chunks is ``sum(t[0]) + (n - 1) * max_s t_s``. The simulation (``loadsim``) additionally bounds the buffers
-between stages; with equal chunk times the bound changes nothing, which the tests check.
+equal chunks is ``sum(t[0]) + (n - 1) * max_s t_s``. The simulation (:mod:`sim.lab.pipeline`) additionally bounds
+the buffers between stages; with equal chunk times the bound changes nothing, which the tests check.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from sim.config.machines import Machine
 from sim.config.scenario import Scenario
 from sim.core.units import GB, GIB, MIB
 from sim.lab.loading import plan_chunks
-from sim.lab.loadsim import LoadResult, Rig, load
 from sim.lab.pagecache import PageCache
+from sim.lab.pipeline import LoadResult, Rig, load
 from sim.lab.resources import memory_targets, stage_costs
 
 

@@ -5,7 +5,7 @@ Up to ``parallel`` sequences are admitted. A newly admitted sequence prefills al
 batch pauses, as a scheduler without chunked prefill does), then joins the batch. A step of a batch of ``k``
 sequences touches, per layer, the distinct experts of ``k x (1 + drafts) x top_k`` draws of the routing law: more
 than one sequence's step, fewer than ``k`` of them, which is what batching buys; its time comes from
-:mod:`sim.stepcost` with the engine's whole cache (batching does not divide it). Each sequence advances one
+:mod:`sim.moe.stepcost` with the engine's whole cache (batching does not divide it). Each sequence advances one
 verification step per batch step (its own number of steps, from its own acceptance). A batch that reads over PCIe
 pays the eager overhead on that step only (membership changes, so eagerness does not stick).
 

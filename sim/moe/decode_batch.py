@@ -4,8 +4,8 @@ trace costs seconds.
 
 A request's decode does not depend on what else the engine is doing when slots take turns on the GPU, so every
 request's verification steps are sampled up front: the tokens each step yields (its own draft acceptance), then the
-distinct experts each step touches per layer and tier (:mod:`sim.expert_counts`), then the step times
-(:mod:`sim.stepcost`, sticky eager mode per request). Requests are grouped by routing law: per-request skew is
+distinct experts each step touches per layer and tier (:mod:`sim.moe.expert_counts`), then the step times
+(:mod:`sim.moe.stepcost`, sticky eager mode per request). Requests are grouped by routing law: per-request skew is
 quantised on a grid of ``SKEW_STEP`` in z (the tails, which make the spill buckets, keep their extremes), so one
 law serves many requests;
 requests with their own drift hot set get their own law.

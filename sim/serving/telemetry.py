@@ -86,7 +86,5 @@ TABLE = ("request", "client", "end", "sent_s", "arrival_s", "queue_wait_s", "end
 QUANTITIES = {q.name: q for q in STORED + DERIVED}
 STORED_NAMES = tuple(q.name for q in STORED)
 SUM_NAMES = tuple(q.name for q in STEP_SUMS)
-SUM_SECONDS = tuple(q.name for q in STEP_SUMS if q.kind == "float")
-SUM_COUNTS = tuple(q.name for q in STEP_SUMS if q.kind == "int")
 LOOKUP_COUNTS = tuple(q.name for q in STEP_SUMS if q.unit == "lookups")
 SERVED_ENDS = ("stop", "length")

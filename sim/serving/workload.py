@@ -1,4 +1,4 @@
-"""Request workloads: the table of requests a run serves, and who sends them (sim.server replays it).
+"""Request workloads: the table of requests a run serves, and who sends them (sim.serving.queue replays it).
 
 - ``sequential``: one request after another (a single closed-loop client with no think time);
 - ``closed``: ``clients`` clients; each sends its next request ``think_s`` after its previous answer (or rejection);

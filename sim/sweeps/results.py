@@ -77,7 +77,7 @@ def scenario_facts(plan: Plan) -> dict:
 
 
 def results_columns(rows: list[dict], axes: list) -> list[Column] | None:
-    """The columns of ``results_frame(rows, axes)`` as plain lists (``sim.sweep_table``), or None when a value
+    """The columns of ``results_frame(rows, axes)`` as plain lists (``sim.sweeps.table``), or None when a value
     needs pandas to be typed as that frame types it."""
     names = [a.name for a in axes]
     columns = list(dict.fromkeys(c for r in rows for c in r))  # in order of first appearance, as pandas

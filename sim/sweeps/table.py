@@ -1,8 +1,8 @@
 """A sweep's tidy table written without pandas, so that a short sweep does not pay pandas' import (about 0.3 s of a
 one-point sweep's second): ``results.csv`` byte for byte as ``DataFrame.to_csv(index=False, lineterminator="\\n")``
-writes the frame ``sim.sweep.results_frame`` makes, and ``results.parquet`` through pyarrow directly with the column
-types pandas gives that frame (int64, float64, large_string; missing and NaN as null), so ``pandas.read_parquet``
-reads back an equal frame.
+writes the frame ``sim.sweeps.results.results_frame`` makes, and ``results.parquet`` through pyarrow directly with
+the column types pandas gives that frame (int64, float64, large_string; missing and NaN as null), so
+``pandas.read_parquet`` reads back an equal frame.
 
 Only the values a sweep's rows hold are typed here: whole numbers, real numbers and text in the point, seed, draw,
 parameter, key, error and axis columns, numbers (or nothing) in the metric columns. Anything else (None in an axis,

@@ -1,6 +1,6 @@
 """The loading pipeline as simpy processes: disk and PCIe links are shared resources, the page cache is shared state.
 
-Processes only schedule; how long each chunk takes in each stage comes from :mod:`sim.loading`.
+Processes only schedule; how long each chunk takes in each stage comes from :mod:`sim.lab.loading`.
 """
 
 from __future__ import annotations

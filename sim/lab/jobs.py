@@ -23,8 +23,8 @@ from sim.core.units import GIB, MIB
 from sim.lab import loading
 from sim.lab.decode import decode_tok_s
 from sim.lab.dispatch import Decision, Estimate, decide
-from sim.lab.loadsim import LoadResult, Rig, load
 from sim.lab.pagecache import PageCache
+from sim.lab.pipeline import LoadResult, Rig, load
 from sim.lab.residency import Residency
 from sim.lab.resources import MemoryTarget, has_load_path, memory_targets, model_bytes, stage_costs
 

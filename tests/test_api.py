@@ -1,0 +1,86 @@
+"""The Python API: the README's example runs as written; a scenario is immutable, changed with --set semantics and
+validated at once; a run's tables are DataFrames that can be read again; the same seed gives what `sim run` gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from conftest import HOME_LAB, ROOT
+
+import sim
+from sim.cli import main
+
+GEN3 = os.path.join(ROOT, "scenarios", "gen3_5090.yaml")
+FAST = {"serve.requests": 20}
+
+
+def test_the_readme_example_runs(monkeypatch, capsys):
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = text[text.index("## Python API"):]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    monkeypatch.chdir(ROOT)
+    exec(compile(code, "README.md", "exec"), {})
+    ratio = float(capsys.readouterr().out.splitlines()[0])
+    assert 1.6 < ratio < 2.0  # the tenant's 18 GB cost
+
+
+def test_set_returns_a_new_validated_scenario_with_set_semantics():
+    base = sim.load(GEN3, FAST)
+    free = base.set("machines.strata_box.gpus.gpu0.reserved_gib", 0)
+    assert base.get("machines.strata_box.gpus.gpu0.reserved_gib") > 17 and free.config is not base.config
+    assert free.get("machines.strata_box.gpus.gpu0.reserved_gib") == 0
+    same = [base.set({"machines.strata_box.engine.policy": "lru"}), base.set("machines.strata_box.engine.policy=lru"),
+            base.set(["machines.strata_box.engine.policy=lru"])]
+    assert {s.config.machines["strata_box"].engine.policy for s in same} == {"lru"}
+    added = sim.load(HOME_LAB).set({"jobs.extra.model": "9B", "jobs.extra.tokens": 800})  # an entry of a named map
+    assert added.get("jobs.extra.tokens") == 800 and "extra" in added.config.jobs
+    assert base.get("machines.strata_box.engine.step.dense_s") == pytest.approx(0.00804138)  # from its calibration
+    assert base.get("serve.fidelity") == "counts"  # a schema default
+    with pytest.raises(KeyError):
+        base.get("machines.strata_box.engine.no_such_key")
+
+
+def test_bad_values_raise_the_one_line_error_the_command_line_prints():
+    with pytest.raises(sim.ScenarioError) as err:
+        sim.load(GEN3).set("machines.strata_box.engine.parallel", 0)
+    assert err.value.path == "machines.strata_box.engine.parallel" and "\n" not in str(err.value)
+    cli = CliRunner().invoke(main, ["run", GEN3, "--set", "machines.strata_box.engine.parallel=0"])
+    assert cli.exit_code == 2 and str(err.value).split(": ", 1)[1] in cli.output
+    with pytest.raises(sim.ScenarioError, match="file not found"):
+        sim.load("no/such/file.yaml")
+    with pytest.raises(sim.SimulationError, match="does not fit"):
+        sim.load(GEN3, {"machines.strata_box.gpus.gpu0.reserved_gib": 31.9}).run()
+    with pytest.raises(TypeError):
+        sim.load(GEN3).set("serve.requests")
+
+
+def test_a_run_is_what_sim_run_prints_and_its_tables_can_be_read_again(tmp_path):
+    run = sim.run(GEN3, seed=3, changes=FAST)
+    cli = CliRunner().invoke(main, ["run", GEN3, "--json", "--seed", "3", "--set", "serve.requests=20", "--out",
+                                    str(tmp_path)])
+    assert json.loads(cli.output)["metrics"] == run.metrics
+    assert run.summary["metrics"] == run.metrics and run.text.startswith("scenario gen3_5090 (seed 3)")
+    first = run.requests
+    first["ttft_s"] = 0.0  # a caller's change stays in its copy
+    again = run.requests
+    assert again is not first and (again["ttft_s"] > 0).all()
+    csv = pd.read_csv(tmp_path / "requests.csv")
+    assert list(again.columns) == list(csv.columns) and len(again) == 20
+    pd.testing.assert_frame_equal(again, csv, check_dtype=False)
+    assert set(run.tables()) == {"loads", "load_stages", "links", "jobs", "estimates", "requests", "spill_buckets"}
+    assert run.table("spill_buckets").shape == (9, 5)
+    with pytest.raises(KeyError, match="no table"):
+        run.table("nothing")
+    assert run.engine.expert_slots == sim.load(GEN3).engine().expert_slots and len(run.served) == 20
+
+
+def test_lab_runs_have_jobs_and_no_requests():
+    run = sim.load(HOME_LAB).run()
+    assert list(run.jobs["id"]) == ["long_resident", "long_with_load", "short_with_load"]
+    assert run.requests.empty and run.engine is None and sim.load(HOME_LAB).engine() is None
+    assert run.metrics["job.long_resident.tie"] == 0.0

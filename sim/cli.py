@@ -150,8 +150,8 @@ def breakeven(scenario: str, model: str, machine_a: str, machine_b: str, seed: i
     evaluations = result.pop("table")
     result = {**result, "scenario_file": scenario, "metrics": metrics(result)}
     if uncertainty is not None:
-        result["uncertainty"] = breakeven_with_uncertainty(scenario, list(overrides), model, machine_a, machine_b,
-                                                           uncertainty, seed)
+        result["uncertainty"] = breakeven_with_uncertainty(scenario, list(overrides), model=model, a=machine_a,
+                                                           b=machine_b, draws=uncertainty, seed=seed)
     if out_dir:
         write_outputs(out_dir, result, {"evaluations": evaluations})
     click.echo(dumps(result) if as_json else breakeven_text(result), nl=False)
@@ -189,7 +189,8 @@ def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None,
 
     if workers is not None and dask_address is not None:
         raise click.UsageError("give --workers or --dask, not both")
-    plan = build_plan(target, list(axes), zip_axes, seeds, uncertainty, list(overrides))
+    plan = build_plan(target, list(axes), zip_axes=zip_axes, seeds=seeds, uncertainty=uncertainty,
+                      cli_sets=list(overrides))
     runs = len(plan.points) * plan.seeds * (plan.uncertainty or 1)
     dask = DaskBackend(dask_address) if dask_address is not None else None  # a wrong address fails now
     try:
@@ -238,7 +239,7 @@ def plot(folder: str, x: str | None, y: tuple[str, ...], hue: str | None, facet:
     from sim.viz.presets import draw
 
     sweep = load_sweep(folder)
-    fig = draw(sweep, preset, x, list(y), hue, facet)
+    fig = draw(sweep, preset, x=x, y=list(y), hue=hue, facet=facet)
     save(fig, out_file)
     click.echo(f"wrote {out_file}")
 
@@ -345,8 +346,8 @@ def calibrate(scenario: str, logs: tuple[str, ...], tables: tuple[str, ...], ove
         pass
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise ScenarioError("--out", out_file, "a file in a folder that exists, or can be made, and is writable")
-    res = run_calibrate(scenario, list(logs), list(tables), seed, list(overrides), max_evals, starts, out_file,
-                        log=lambda msg: click.echo(msg, err=True))
+    res = run_calibrate(scenario, list(logs), list(tables), seed=seed, overrides=list(overrides), max_evals=max_evals,
+                        starts=starts, exclude=out_file, log=lambda msg: click.echo(msg, err=True))
     import shlex
 
     command = shlex.join(["sim", "calibrate", "--scenario", scenario,

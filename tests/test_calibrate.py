@@ -43,8 +43,8 @@ def synthetic(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cal")
     truth = sim.load(write_scenario(folder, 3e-3, 800.0)).config
     rng = np.random.default_rng(5)
-    obs = [Observation("x", int(p), 0, int(o), float("nan"), {}) for p, o in
-           zip(rng.integers(100, 2000, 40), rng.integers(40, 300, 40), strict=True)]
+    obs = [Observation("x", int(p), cached_tokens=0, output_tokens=int(o), acceptance=float("nan"), measured={})
+           for p, o in zip(rng.integers(100, 2000, 40), rng.integers(40, 300, 40), strict=True)]
     measured = replay(truth, obs, seed=123)
     table = folder / "requests.csv"
     with open(table, "w", newline="") as fh:
@@ -283,7 +283,7 @@ def test_replicas_compare_a_request_with_the_median_of_its_copies(synthetic):
     """Each replayed request simulated 5 times is the median of the same 5 copies replayed once each."""
     _, scenario, _ = synthetic
     scn = sim.load(scenario).config
-    one = Observation("x", 400, 0, 120, float("nan"), {})
+    one = Observation("x", 400, cached_tokens=0, output_tokens=120, acceptance=float("nan"), measured={})
     copies = replay(scn, [one] * 5, seed=3)
     median = replay(scn, [one], seed=3, replicas=5)[0]
     for key in ("decode_tok_s", "expert_hit_rate", "pcie_share", "ttft_s"):

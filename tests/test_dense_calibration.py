@@ -59,8 +59,8 @@ def dense(tmp_path_factory):
     folder = tmp_path_factory.mktemp("dense_cal")
     truth = write_scenario(folder, TRUTH, "truth.yaml")
     rng = np.random.default_rng(5)
-    obs = [Observation("x", int(p), 0, int(o), float("nan"), {}) for p, o in
-           zip(rng.integers(50, 3000, 30), rng.integers(20, 300, 30), strict=True)]
+    obs = [Observation("x", int(p), cached_tokens=0, output_tokens=int(o), acceptance=float("nan"), measured={})
+           for p, o in zip(rng.integers(50, 3000, 30), rng.integers(20, 300, 30), strict=True)]
     measured = replay(sim.load(truth).config, obs, seed=123)
     requests = folder / "requests.csv"
     with open(requests, "w", newline="") as fh:

@@ -16,9 +16,9 @@ from sim.lab.jobs import run_jobs
 
 
 def test_decide_clear_win_and_tie_rules():
-    a = Estimate("a", True, 0, 0, 100, 10)
-    b = Estimate("b", True, 0, 0, 109, 9)
-    c = Estimate("c", True, 0, 0, 111, 12)
+    a = Estimate("a", True, wait_s=0, load_s=0, decode_s=100, decode_tok_s=10)
+    b = Estimate("b", True, wait_s=0, load_s=0, decode_s=109, decode_tok_s=9)
+    c = Estimate("c", True, wait_s=0, load_s=0, decode_s=111, decode_tok_s=12)
     prefer_b = TieBreak(rule="prefer", order=["b"])
     d = decide([a, c], 0.10, prefer_b)
     assert d.chosen == "a" and not d.tie and "clear win" in d.reason
@@ -30,7 +30,8 @@ def test_decide_clear_win_and_tie_rules():
 
 
 def test_decide_skips_ineligible_machines():
-    d = decide([Estimate("a", False, why_not="no decode rate"), Estimate("b", True, 0, 5, 5, 1)], 0.1, TieBreak())
+    d = decide([Estimate("a", False, why_not="no decode rate"), Estimate("b", True, wait_s=0, load_s=5, decode_s=5,
+                                                                         decode_tok_s=1)], 0.1, TieBreak())
     assert d.chosen == "b"
     d = decide([Estimate("a", False, why_not="no decode rate")], 0.1, TieBreak())
     assert d.chosen is None and "no decode rate" in d.reason

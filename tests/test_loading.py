@@ -35,8 +35,9 @@ def setup(raw, models=("m8",)):
     plans = {}
     for name in models:
         spec = scn.models[name]
-        plans[name] = loading.plan_chunks(name, spec.weights_gib * GIB, spec.tensors, scn.loading.chunk_mib * MIB,
-                                          targets, [t.capacity_bytes for t in targets])
+        plans[name] = loading.plan_chunks(name, spec.weights_gib * GIB, tensors=spec.tensors,
+                                          chunk_bytes=scn.loading.chunk_mib * MIB, targets=targets,
+                                          free_bytes=[t.capacity_bytes for t in targets])
     return scn, env, rig, plans
 
 
@@ -156,7 +157,8 @@ def test_split_across_gpus_and_spill():
     scn = validate(raw, "test")
     m = scn.machines["box"]
     targets = memory_targets(scn, m)
-    plan = loading.plan_chunks("m8", 8 * GIB, 0, GIB, targets, [t.capacity_bytes for t in targets])
+    plan = loading.plan_chunks("m8", 8 * GIB, tensors=0, chunk_bytes=GIB, targets=targets,
+                               free_bytes=[t.capacity_bytes for t in targets])
     assert plan.placed_bytes == pytest.approx((4 * GIB, 2 * GIB))
     assert plan.spilled_bytes == pytest.approx(2 * GIB)
     assert list(plan.target) == [0, 0, 0, 0, 1, 1, -1, -1]
@@ -186,7 +188,8 @@ def test_chunks_never_straddle_two_gpus():
     scn = validate(raw, "test")
     m = scn.machines["box"]
     targets = memory_targets(scn, m)
-    plan = loading.plan_chunks("m16", 16 * GIB, 0, 100000 * MIB, targets, [t.capacity_bytes for t in targets])
+    plan = loading.plan_chunks("m16", 16 * GIB, tensors=0, chunk_bytes=100000 * MIB, targets=targets,
+                               free_bytes=[t.capacity_bytes for t in targets])
     per_target = [plan.sizes[plan.target == k].sum() for k in range(3)]
     assert per_target == pytest.approx(list(plan.placed_bytes))
     assert plan.sizes.sum() == pytest.approx(16 * GIB)
@@ -197,7 +200,8 @@ def test_chunks_never_straddle_two_gpus():
        free_gib=st.lists(st.floats(0, 24), min_size=1, max_size=4))
 def test_chunk_plan_invariants(total_gib, chunk_mib, free_gib):
     targets = [MemoryTarget(f"g{i}", f * GIB, 10.0) for i, f in enumerate(free_gib)]
-    plan = loading.plan_chunks("m", total_gib * GIB, 100, chunk_mib * MIB, targets, [t.capacity_bytes for t in targets])
+    plan = loading.plan_chunks("m", total_gib * GIB, tensors=100, chunk_bytes=chunk_mib * MIB, targets=targets,
+                               free_bytes=[t.capacity_bytes for t in targets])
     assert plan.sizes.sum() == pytest.approx(total_gib * GIB, rel=1e-9)
     assert (plan.sizes > 0).all() and (plan.sizes <= chunk_mib * MIB * (1 + 1e-9) + 1).all()
     for k, placed in enumerate(plan.placed_bytes):
@@ -255,7 +259,8 @@ def test_exclusive_load_equals_chunk_by_chunk(composition, buffer_chunks):
     results = []
     for exclusive in (False, True):
         env, rig, plans, _ = slow_first_link_setup()
-        proc = env.process(load(rig, plans["m6"], "m6", composition, buffer_chunks, exclusive))
+        proc = env.process(load(rig, plans["m6"], model="m6", composition=composition, buffer_chunks=buffer_chunks,
+                                exclusive=exclusive))
         env.run()
         results.append((proc.value, sorted(rig.page_cache._chunks)))
     (chunked, cache_a), (whole, cache_b) = results

@@ -38,7 +38,8 @@ def sweeps(tmp_path_factory):
     for name, (axes, sets) in SMALL.items():
         folder = str(tmp_path_factory.mktemp(name.split(".")[0]))
         unc = 4 if name.startswith("home_lab") else None
-        run_sweep(build_plan(os.path.join(SWEEPS, name), axes, False, None, unc, sets), folder, 0, quiet=True)
+        run_sweep(build_plan(os.path.join(SWEEPS, name), axes, zip_axes=False, seeds=None, uncertainty=unc,
+                             cli_sets=sets), folder, 0, quiet=True)
         out[name] = folder
     return out
 
@@ -111,8 +112,8 @@ def test_an_incomplete_sweep_says_so(tmp_path):
         if saved >= 2:
             raise KeyboardInterrupt
 
-    run_sweep(build_plan(os.path.join(SWEEPS, "home_lab_job_length.yaml"), ["tokens=0..40000:10000"], False, None,
-                         None, []), str(tmp_path), 0, quiet=True, on_saved=stop)
+    run_sweep(build_plan(os.path.join(SWEEPS, "home_lab_job_length.yaml"), ["tokens=0..40000:10000"], zip_axes=False,
+                         seeds=None, uncertainty=None, cli_sets=[]), str(tmp_path), 0, quiet=True, on_saved=stop)
     assert invoke("plot", str(tmp_path), "-o", str(tmp_path / "f.svg")).exit_code == 0
     assert "INCOMPLETE" in (tmp_path / "f.svg").read_text()
 

@@ -56,7 +56,7 @@ def test_each_shipped_calibration_is_what_the_code_simulates_at_its_values(name,
     assert len(cal_file["log_cov"]) == len(cal.free)
     fixed = held_sets(cal)
     targets, obs = build_problem(scenario, cal, opts.get("--log", []), opts.get("--table", []))
-    problem = Problem(scenario, targets, obs, fixed, seed, out)
+    problem = Problem(scenario, targets, obs=obs, fixed=fixed, seed=seed, exclude=out)
     values = problem.values([f"{n}={cal_file['parameters'][n]!r}" for n in cal_file["fitted"]])
     recorded = {r["target"]: r for r in cal_file["residuals"]}
     assert set(recorded) == {t.name for t in targets}
@@ -68,7 +68,7 @@ def test_each_shipped_calibration_is_what_the_code_simulates_at_its_values(name,
     x = np.log([cal_file["parameters"][n] for n in names])
     lo, hi = (np.log([cal_file["bounds"][n][i] for n in names]) for i in (0, 1))
     r0, jac = jacobian(problem, names, x, hi)
-    log_sd, _, warnings = standard_errors(problem, names, x, lo, hi, jac, r0)
+    log_sd, _, warnings = standard_errors(problem, names, x=x, lo=lo, hi=hi, jac=jac, r=r0)
     for n, sd in zip(names, log_sd, strict=True):
         assert cal_file["log_sd"][n] == pytest.approx(float(sd), rel=1e-3), n
     assert set(warnings) <= set(cal_file["warnings"])

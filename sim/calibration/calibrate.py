@@ -184,7 +184,7 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
     if base.serve is None:
         raise ScenarioError(path, "serve", "a serve section: sim calibrate simulates its engine")
     targets, obs = build_problem(path, cal, logs, tables)
-    problem = Problem(path, targets, obs, fixed, seed, exclude)
+    problem = Problem(path, targets, obs=obs, fixed=fixed, seed=seed, exclude=exclude)
     for si, stage in enumerate(_stages(path, cal)):
         idx = np.array(stage)
 
@@ -226,7 +226,7 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
             + f" (loss {best_cost:.4f}, {problem.evaluations} simulations so far)")
     x = np.log([float(f"{math.exp(v):.6g}") for v in x])  # the values written are the values evaluated
     r0, jac = jacobian(problem, names, x, hi)
-    log_sd, cov, warnings = standard_errors(problem, names, x, lo, hi, jac, r0)
+    log_sd, cov, warnings = standard_errors(problem, names, x=x, lo=lo, hi=hi, jac=jac, r=r0)
     warnings += unmatched_patterns(cal, targets, [*tables, *logs]) + path_warnings
     values = problem.values(free_sets(names, x))
     rows = [residual_row(t, s) for t, s in zip(problem.targets, values, strict=True)]
@@ -234,7 +234,7 @@ def calibrate(path: str, logs: list[str], tables: list[str], seed: int = 0, over
     units = {**{k: h.unit for k, h in cal.held.items()}, **{n: cal.free[n].unit for n in names}}
     return CalibrationResult({n: float(f"{math.exp(v):.6g}") for n, v in zip(names, x, strict=True)},
                              {n: float(f"{v:.4g}") for n, v in zip(names, log_sd, strict=True)},
-                             [[float(f"{c:.6g}") for c in row] for row in cov], rows, held, units,
-                             {k: h.why for k, h in cal.held.items()}, warnings, round(soft_l1(r0), 6),
-                             problem.evaluations, [*tables, *logs],
-                             {n: [cal.free[n].lo, cal.free[n].hi] for n in names})
+                             log_cov=[[float(f"{c:.6g}") for c in row] for row in cov], residuals=rows, held=held,
+                             units=units, held_reason={k: h.why for k, h in cal.held.items()}, warnings=warnings,
+                             cost=round(soft_l1(r0), 6), evaluations=problem.evaluations, sources=[*tables, *logs],
+                             bounds={n: [cal.free[n].lo, cal.free[n].hi] for n in names})

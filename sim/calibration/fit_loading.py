@@ -79,7 +79,8 @@ def _predict_s(scn: Scenario, ob: Observation) -> float:
     m = scn.machines[ob.machine]
     targets = memory_targets(scn, m)
     cap = [t.capacity_bytes for t in targets]
-    plan = loading.plan_chunks("fit", ob.file_gb * GB, 0, scn.loading.chunk_mib * MIB, targets, cap)
+    plan = loading.plan_chunks("fit", ob.file_gb * GB, tensors=0, chunk_bytes=scn.loading.chunk_mib * MIB,
+                               targets=targets, free_bytes=cap)
     costs = stage_costs(scn, m)
     if ob.quantity == "link_gbps":
         costs = replace(costs, loader_s_per_gb=0.0, loader_s_per_tensor=0.0)
@@ -168,7 +169,7 @@ def fit(raw: dict, source: str, table_paths: list[str]) -> FitResult:
                           "fitted_gbps": round(sim_gbps, 6), "rel_error": round(sim_gbps / o.measured_gbps - 1, 6),
                           "source": o.source})
     return FitResult({p: round(v, 6) for p, v in values.items()}, {p: round(v, 6) for p, v in ses.items()},
-                     exact, fixed, residuals, dof)
+                     exactly_determined=exact, held_fixed=fixed, residuals=residuals, dof=dof)
 
 
 def load_raw_for_fit(path: str) -> dict:

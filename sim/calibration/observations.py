@@ -82,8 +82,9 @@ def observations(logs: list[str], tables: list[str]) -> list[Observation]:
                                 "prompt >= cached >= 0 tokens and an acceptance fraction in [0, 1]")
         if cached >= prompt:
             measured.pop("prefill_tok_s", None)
-        out.append(Observation(where, int(prompt), int(_num(r.get("cached_tokens")) or 0), int(output),
-                               float("nan") if acc is None else acc, measured, str(r.get("engine") or "")))
+        out.append(Observation(where, int(prompt), cached_tokens=int(_num(r.get("cached_tokens")) or 0),
+                               output_tokens=int(output), acceptance=float("nan") if acc is None else acc,
+                               measured=measured, engine=str(r.get("engine") or "")))
     return out
 
 
@@ -100,9 +101,10 @@ def replay(scn: Scenario, obs: list[Observation], seed: int, replicas: int = 1) 
     def col(values: list) -> np.ndarray:
         return np.tile(np.array(values), replicas)
 
-    table = RequestTable(np.full(n, np.nan), col([o.prompt_tokens for o in obs]), col([o.cached_tokens for o in obs]),
-                         col([o.output_tokens for o in obs]), col([o.acceptance for o in obs]),
-                         np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+    table = RequestTable(arrival_s=np.full(n, np.nan), prompt_tokens=col([o.prompt_tokens for o in obs]),
+                         cached_tokens=col([o.cached_tokens for o in obs]),
+                         output_tokens=col([o.output_tokens for o in obs]), acceptance=col([o.acceptance for o in obs]),
+                         client=np.zeros(n, dtype=np.int64), run=np.zeros(n, dtype=np.int64))
     c = kind.replay(scn, table, np.random.default_rng(seed)).requests.columns
     new = c["prompt_tokens"] - c["cached_tokens"]
     reads_only = col([o.engine in READS_ONLY_SHARE for o in obs])
@@ -130,6 +132,7 @@ def request_targets(obs: list[Observation], builder: TargetBuilder, cal: Calibra
                 continue
             name = f"{o.source} {key}"
             role, note = builder.role(name)
-            out.append(Target(name, o.source.split(" row ")[0].rsplit(":", 1)[0], value, spec.kind, spec.tolerance,
-                              key, (replay,), "request", role=role, note=note, where=(i,)))
+            out.append(Target(name, o.source.split(" row ")[0].rsplit(":", 1)[0], measured=value, kind=spec.kind,
+                              tolerance=spec.tolerance, metric=key, experiments=(replay,), how="request", role=role,
+                              note=note, where=(i,)))
     return out

@@ -151,8 +151,9 @@ class TargetBuilder:
             how = "ratio"
         role, note = self.role(name)
         ranged = len(scaled) > 1
-        return Target(name, table_path, float(np.mean(scaled)), spec.kind, spec.tolerance, spec.metric, exps, how,
-                      min(scaled) if ranged else None, max(scaled) if ranged else None, role, note)
+        return Target(name, table_path, measured=float(np.mean(scaled)), kind=spec.kind, tolerance=spec.tolerance,
+                      metric=spec.metric, experiments=exps, how=how, lo=min(scaled) if ranged else None,
+                      hi=max(scaled) if ranged else None, role=role, note=note)
 
     def table(self, table_path: str) -> list[Target]:
         name = os.path.basename(table_path)
@@ -179,8 +180,9 @@ class TargetBuilder:
             if row is None:
                 raise ScenarioError(path, quantity, f"missing: {self.where} ({key}.cells) expects a row with this "
                                     "quantity")
-            out.append(self.cell(f"{name} {quantity}", path, row.get("value") or "", cell, spec.variant, [spec.set],
-                                 quantity, f"{key}.cells.{quantity}"))
+            out.append(self.cell(f"{name} {quantity}", path, value=row.get("value") or "", spec=cell,
+                                 default_variant=spec.variant, sets=[spec.set], key=quantity,
+                                 spec_key=f"{key}.cells.{quantity}"))
         return out
 
     def _row_values(self, row: dict, spec: TableMap, path: str, line: int) -> dict:
@@ -223,8 +225,8 @@ class TargetBuilder:
                     raise ScenarioError(path, col, f"missing column: {self.where} ({key}.cells) expects it")
                 if not (row.get(col) or "").strip():
                     continue  # not measured in this row
-                out.append(self.cell(f"{name} {rkey} {col}", path, row[col], cell, variant, [spec.set, values],
-                                     f"row {line}.{col}", f"{key}.cells.{col}"))
+                out.append(self.cell(f"{name} {rkey} {col}", path, value=row[col], spec=cell, default_variant=variant,
+                                     sets=[spec.set, values], key=f"row {line}.{col}", spec_key=f"{key}.cells.{col}"))
         return out
 
     def _buckets(self, name: str, path: str, rows: list[dict], spec: TableMap, key: str) -> list[Target]:
@@ -252,8 +254,8 @@ class TargetBuilder:
                                     "hit_rate")
             tname = f"{name} {by} {lo:g}-{'up' if hi is None else format(hi, 'g')}"
             role, note = self.role(tname)
-            out.append(Target(tname, path, rate, "rate", spec.tolerance, "decode_tok_s", exps, "bucket", role=role,
-                              note=note, where=(by, lo, hi)))
+            out.append(Target(tname, path, measured=rate, kind="rate", tolerance=spec.tolerance, metric="decode_tok_s",
+                              experiments=exps, how="bucket", role=role, note=note, where=(by, lo, hi)))
         return out
 
 

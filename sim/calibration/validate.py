@@ -94,8 +94,9 @@ def scenario_cells(path: str, tables: list[str]) -> list[Cell]:
     for t in targets:
         table = os.path.basename(t.source)
         kind = "range" if t.lo is not None and t.kind == "rate" else t.kind
-        cells.append(Cell(table, t.name[len(table) + 1:], t.measured, simulated(t, runs), t.tolerance, kind,
-                          t.note if t.role == "unclaimed" else "", t.lo, t.hi))
+        cells.append(Cell(table, t.name[len(table) + 1:], measured=t.measured, simulated=simulated(t, runs),
+                          tolerance=t.tolerance, kind=kind, info=t.note if t.role == "unclaimed" else "", lo=t.lo,
+                          hi=t.hi))
     return cells
 
 

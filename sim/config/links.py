@@ -34,5 +34,5 @@ def link_info(scn: Scenario, machine: Machine, gpu_name: str) -> LinkInfo:
     eff = gpu.pcie_efficiency if gpu.pcie_efficiency is not None else scn.pcie.efficiency
     measured = gpu.measured_link_gbps is not None
     gbps = gpu.measured_link_gbps if measured else paper * eff
-    return LinkInfo(card.pcie_max_gen, card.pcie_max_lanes, gpu.slot_gen, gpu.slot_lanes,
-                    gen, lanes, paper, eff, float(gbps), measured)
+    return LinkInfo(card.pcie_max_gen, card.pcie_max_lanes, slot_gen=gpu.slot_gen, slot_lanes=gpu.slot_lanes, gen=gen,
+                    lanes=lanes, paper_gbps=paper, efficiency=eff, gbps=float(gbps), measured=measured)

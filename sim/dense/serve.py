@@ -29,17 +29,19 @@ def _serve_table(setup: DenseSetup, table: RequestTable, max_tokens: int | None,
     out = table.output_tokens if max_tokens is None else np.minimum(table.output_tokens, max_tokens)
     n = len(table)
     zeros = np.zeros(n)
-    work = Work(zeros, zeros, zeros, out, out < table.output_tokens, {"decode_s": np.zeros(n)})
+    work = Work(zeros, zeros, total_s=zeros, output_tokens=out, capped=out < table.output_tokens,
+                telemetry={"decode_s": np.zeros(n)})
     server = partial(_dense_server, setup=setup, prompt=table.prompt_tokens, cached=table.cached_tokens, exact=exact)
     tl, eng = run_queue(table, work, spec, rng, server)
     sums = {"decode_s": work.telemetry["decode_s"], "compute_s": np.asarray(eng.share_s)}
-    requests = ServedRequests.of_run(table, tl, out, np.asarray(eng.prefill_s), sums, np.asarray(eng.share_s))
+    requests = ServedRequests.of_run(table, tl, output_tokens=out, prefill_s=np.asarray(eng.prefill_s), sums=sums,
+                                     decode_gpu_s=np.asarray(eng.share_s))
     return ServeRun(setup, requests, tl, dict(eng.stats))
 
 
 def _dense_server(env, work, spec, tl, done, setup: DenseSetup, prompt: np.ndarray, cached: np.ndarray,
                   exact: bool) -> DenseServer:
-    return DenseServer(env, work, spec, tl, done, setup, prompt, cached, exact)
+    return DenseServer(env, work, spec=spec, tl=tl, done=done, setup=setup, prompt=prompt, cached=cached, exact=exact)
 
 
 def serve_dense(scn: Scenario, rng: np.random.Generator, exact: bool = False) -> ServeRun:
@@ -48,7 +50,8 @@ def serve_dense(scn: Scenario, rng: np.random.Generator, exact: bool = False) ->
     sv = scn.serve
     setup = setup_dense(scn, sv.machine)
     table = build_table(sv, rng)
-    return _serve_table(setup, table, sv.max_tokens, QueueSpec.of(sv, setup.spec.parallel), rng, exact)
+    return _serve_table(setup, table, max_tokens=sv.max_tokens, spec=QueueSpec.of(sv, setup.spec.parallel), rng=rng,
+                        exact=exact)
 
 
 class DenseEngine:

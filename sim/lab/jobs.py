@@ -107,9 +107,10 @@ class Lab:
                 if len(residency.models) < i + 1:
                     raise SimulationError(f"machines.{name}.resident_models: {', '.join(spec.resident_models)} do not "
                                           f"fit in {residency.capacity_bytes() / GIB:.1f} GiB together")
-            ms = MachineState(name, spec, targets, rig, simpy.Resource(self.env, 1), residency,
-                              Projection(spec.busy_until_s, residency.copy(), cache.copy()),
-                              min(links) if links else costs.disk_gbps)
+            ms = MachineState(name, spec, targets=targets, rig=rig, queue=simpy.Resource(self.env, 1),
+                              residency=residency,
+                              projection=Projection(spec.busy_until_s, residency.copy(), cache.copy()),
+                              stream_gbps=min(links) if links else costs.disk_gbps)
             if spec.busy_until_s > 0:
                 self.env.process(self._busy(ms, spec.busy_until_s))
             self.machines[name] = ms
@@ -122,7 +123,8 @@ class Lab:
         chunk = self.scn.loading.chunk_mib * MIB
         targets = residency.targets
         free = free if free is not None else [t.capacity_bytes for t in targets]
-        return loading.plan_chunks(model, model_bytes(self.scn, model), spec.tensors, chunk, targets, free)
+        return loading.plan_chunks(model, model_bytes(self.scn, model), tensors=spec.tensors, chunk_bytes=chunk,
+                                   targets=targets, free_bytes=free)
 
     def _make_resident(self, residency: Residency, model: str) -> loading.ChunkPlan:
         """Unload least-recently-used models until ``model`` fits (or spills), place it, return its plan."""
@@ -161,7 +163,8 @@ class Lab:
         load_s, spilled = self._predict(ms, job.model, commit=False)
         rate = decode_tok_s(rate, spilled, ms.stream_gbps)
         wait = max(0.0, ms.projection.free_at_s - self.env.now)
-        return Estimate(ms.name, True, wait, load_s, job.tokens / rate, rate, spilled_gib=spilled / GIB)
+        return Estimate(ms.name, True, wait_s=wait, load_s=load_s, decode_s=job.tokens / rate, decode_tok_s=rate,
+                        spilled_gib=spilled / GIB)
 
     def _decode_rate(self, ms: MachineState, model: str) -> float:
         base = decode_tok_s(ms.spec.decode_tok_s[model], ms.residency.spilled_bytes(model), ms.stream_gbps)
@@ -180,8 +183,9 @@ class Lab:
     def run_load(self, ms: MachineState, model: str):
         """simpy process: make ``model`` resident on ``ms`` through the load pipeline."""
         plan = self._make_resident(ms.residency, model)
-        result = yield self.env.process(load(ms.rig, plan, model, self.scn.loading.composition,
-                                             self.scn.loading.buffer_chunks, self.exclusive_loads))
+        result = yield self.env.process(load(ms.rig, plan, model=model, composition=self.scn.loading.composition,
+                                             buffer_chunks=self.scn.loading.buffer_chunks,
+                                             exclusive=self.exclusive_loads))
         return result
 
     def job(self, job_id: str, job: Job, force_machine: str | None = None):
@@ -195,7 +199,8 @@ class Lab:
                                 "forced" if est.eligible else est.why_not)
         else:
             decision = decide(estimates, self.scn.dispatch.tie_threshold, self.scn.dispatch.tie_break)
-        rec = JobRecord(job_id, job.model, job.tokens, job.arrival_s, estimates, decision)
+        rec = JobRecord(job_id, job.model, tokens=job.tokens, arrival_s=job.arrival_s, estimates=estimates,
+                        decision=decision)
         self.records.append(rec)
         if decision.chosen is None:
             return rec

@@ -76,7 +76,8 @@ def plan_chunks(file: str, total_bytes: float, tensors: int, chunk_bytes: float,
     target = np.searchsorted(np.cumsum(placed), middles, side="right")
     target = np.where(target >= len(placed), -1, target)
     tens = sizes / total_bytes * tensors if total_bytes > 0 else np.zeros_like(sizes)
-    return ChunkPlan(file, sizes, tens, target.astype(int), tuple(targets), tuple(placed), spilled)
+    return ChunkPlan(file, sizes, tensors=tens, target=target.astype(int), targets=tuple(targets),
+                     placed_bytes=tuple(placed), spilled_bytes=spilled)
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,8 @@ def load(rig: Rig, plan: ChunkPlan, model: str, composition: str, buffer_chunks:
     res = LoadResult(model=model, bytes=plan.total_bytes, start_s=env.now, spilled_bytes=plan.spilled_bytes)
     rates = link_rates(plan)
     if exclusive:
-        yield from _exclusive_load(rig, plan, rates, composition, buffer_chunks, res)
+        yield from _exclusive_load(rig, plan, rates=rates, composition=composition, buffer_chunks=buffer_chunks,
+                                   res=res)
     elif composition == "serial":
         for i in range(plan.n):
             yield from _disk_step(rig, plan, i, res)

@@ -52,7 +52,7 @@ def probe_machine(scn: Scenario, name: str, model: str, gib: float | None = None
     capacity = [t.capacity_bytes for t in targets]
     fits = total <= sum(capacity) * (1 + 1e-12)
     chunk = scn.loading.chunk_mib * MIB
-    plan = plan_chunks(model, total, spec.tensors, chunk, targets, capacity)
+    plan = plan_chunks(model, total, tensors=spec.tensors, chunk_bytes=chunk, targets=targets, free_bytes=capacity)
     costs = stage_costs(scn, m)
     env = simpy.Environment()
     rig = Rig.build(env, costs, PageCache(m.page_cache_gib * GIB), [t.name for t in targets if t.link_gbps])
@@ -74,7 +74,7 @@ def probe_machine(scn: Scenario, name: str, model: str, gib: float | None = None
     proc = env.process(sequence())
     env.run()
     cold, hot, link = proc.value
-    return ProbeReport(name, model, total / GB, fits, cold, hot, link)
+    return ProbeReport(name, model, gb=total / GB, fits=fits, cold=cold, hot=hot, link=link)
 
 
 def probe_metrics(rep: ProbeReport) -> dict[str, float]:

@@ -41,7 +41,8 @@ def engine_step_law(eng: EngineSetup, popularity: np.ndarray, draws: float, hot_
                     weight: float = 0.0) -> StepLaw:
     """The law of the distinct experts a layer-step of ``draws`` draws touches on engine ``eng``, per tier."""
     tiered = eng.tier if eng.peers or eng.host_experts is not None else None
-    return step_law(popularity, eng.resident, hot_set, weight, draws, tiered, eng.peers + 2, eng.peers)
+    return step_law(popularity, eng.resident, hot_set=hot_set, weight=weight, draws=draws, tier=tiered,
+                    tiers=eng.peers + 2, default_tier=eng.peers)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class StepCounts:
     routed: np.ndarray  # per step, every tier
 
     def times(self, params: StepParams, eager: bool = False, starts: np.ndarray | None = None) -> StepTimes:
-        return step_times(self.resident, self.host, params, eager, self.peer, self.disk, starts)
+        return step_times(self.resident, self.host, p=params, eager=eager, peer=self.peer, disk=self.disk,
+                          starts=starts)
 
 
 @dataclass(frozen=True)
@@ -145,8 +147,8 @@ def fused_step_times(eng: EngineSetup, lw: TierSampler, steps: int, rng: np.rand
     bg.state = after
     empty = np.zeros(0, dtype=np.int64)
     at = np.concatenate(where) if where else empty
-    times = tabulated_step_times(p, tab, layers, compute, step_reads, missed, at,
-                                 np.concatenate(which) if which else empty, False, starts)
+    times = tabulated_step_times(p, tab, layers=layers, compute_s=compute, step_reads=step_reads, step_missed=missed,
+                                 at=at, cells_at=np.concatenate(which) if which else empty, eager=False, starts=starts)
     return times, routed + missed
 
 
@@ -175,7 +177,8 @@ def steps_needed(tokens: np.ndarray, acceptance: np.ndarray, drafts: int, rng: n
         left = []
         for lo, hi in zip(np.concatenate(([0], cuts + 1)), np.append(cuts + 1, todo.size), strict=True):
             if lo < hi:
-                left.append(_draw_steps(todo[lo:hi], a[lo:hi], m[lo:hi], need, steps, drafts, rng))
+                left.append(_draw_steps(todo[lo:hi], a[lo:hi], m=m[lo:hi], need=need, steps=steps, drafts=drafts,
+                                        rng=rng))
         todo = np.concatenate(left)
     return steps
 
@@ -234,10 +237,11 @@ def decode_many(eng: EngineSetup, tokens: np.ndarray, acceptance: np.ndarray, rn
     if own:  # each request its own hot set: its own law, built, used and dropped one at a time
         for i in range(n):
             router = RequestRouter.start(law, eng.alias, rng, eng.popularity)
-            _decode_group(eng, np.array([i]), steps, law_for(0, router), positions, rng, out)
+            _decode_group(eng, np.array([i]), steps=steps, lw=law_for(0, router), positions=positions, rng=rng, out=out)
     else:
         for b in np.unique(z_bin):
-            _decode_group(eng, np.flatnonzero(z_bin == b), steps, law_for(int(b), None), positions, rng, out)
+            _decode_group(eng, np.flatnonzero(z_bin == b), steps=steps, lw=law_for(int(b), None), positions=positions,
+                          rng=rng, out=out)
     return out
 
 

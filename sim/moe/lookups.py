@@ -73,7 +73,8 @@ def decode_request(eng: EngineSetup, tokens: int, rng: np.random.Generator, acce
         per_tier = [(fetch & (tier == t)).sum(axis=2) for t in range(host + 2)]
         peer = np.stack(per_tier[:host], axis=2) if host else None
         disk = per_tier[host + 1] if eng.host_experts is not None else None
-        t = step_times((first & sorted_hit).sum(axis=2), per_tier[host], eng.params, eager, peer, disk)
+        t = step_times((first & sorted_hit).sum(axis=2), per_tier[host], p=eng.params, eager=eager, peer=peer,
+                       disk=disk)
         eager = t.eager_after
         lookup_tier = np.where(hit, -1, eng.tier[per_layer])
         _add_steps(acc, t, lookups=int(hit.size), vram_hits=int(hit.sum()),

@@ -44,7 +44,8 @@ def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float], buckets: lis
         out.append(f"  energy {m['energy_j_per_token']:.2f} J/token at {m['gpu_power_w']:.0f} W average")
     out.append(f"  link: {p.link_share:.0%} of {p.link_gbps:.1f} GB/s for expert reads; CPU computes up to one missed "
                f"expert per {p.cpu_expert_s * 1e6:.0f} us of GPU work per layer")
-    out += load_lines(scn, m, e.parallel, eng.vram, f"{eng.slots_per_sequence} experts each", eng.peer_paged)
+    out += load_lines(scn, m, sequences=e.parallel, vram=eng.vram, each=f"{eng.slots_per_sequence} experts each",
+                      paged=eng.peer_paged)
     out.append("  decode tok/s by request spill share and hit rate (percent):")
     for b in buckets:
         if b["requests"]:

@@ -132,7 +132,7 @@ class RequestRouter:
         if hot is not None and law.drift_concentration > 0 and 0 < weight < 1:
             c = law.drift_concentration
             weight = float(rng.beta(weight * c, (1 - weight) * c))
-        return cls(law, tables, rng, hot, weight, skew, popularity)
+        return cls(law, tables, rng, hot_set=hot, drift_weight=weight, skew=skew, popularity=popularity)
 
     def next_tokens(self, tokens: int) -> np.ndarray:
         """[tokens, layers, top_k] expert ids (layer-major flat ids: layer * experts + expert) for the next tokens."""

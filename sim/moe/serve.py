@@ -46,7 +46,8 @@ def request_work(eng: EngineSetup, table: RequestTable, max_tokens: int | None, 
         rows = [decode_request(eng, int(k), rng, float(a)) for k, a in zip(out, table.acceptance, strict=True)]
         d = {key: np.array([r[key] for r in rows], dtype=float) for key in rows[0]} if rows else {}
     pre = prefill_seconds(eng, table.prompt_tokens, table.cached_tokens)
-    return Work(pre, pre + d["first_step_s"], pre + d["decode_s"], out, capped, d)
+    return Work(pre, pre + d["first_step_s"], total_s=pre + d["decode_s"], output_tokens=out, capped=capped,
+                telemetry=d)
 
 
 def _served(eng: EngineSetup, table: RequestTable, work: Work, tl: Timeline, shared: bool) -> ServedRequests:
@@ -60,7 +61,8 @@ def _served(eng: EngineSetup, table: RequestTable, work: Work, tl: Timeline, sha
         gpu = d["compute_s"] + d["stall_s"] + d["eager_s"] + d["host_s"]
         if not e.batching:
             sums["decode_s"] = tl.end_s - tl.first_token_s + d["first_step_s"]
-    return ServedRequests.of_run(table, tl, work.output_tokens, work.prefill_s, sums, gpu)
+    return ServedRequests.of_run(table, tl, output_tokens=work.output_tokens, prefill_s=work.prefill_s, sums=sums,
+                                 decode_gpu_s=gpu)
 
 
 class MoeEngine:
@@ -113,7 +115,7 @@ def _buckets(run: ServeRun) -> list[dict]:
 
 
 def _batch_server(env, work, spec, tl, done, steps: np.ndarray, sampler: BatchSteps) -> BatchServer:
-    return BatchServer(env, work, spec, tl, done, steps, sampler)
+    return BatchServer(env, work, spec=spec, tl=tl, done=done, steps=steps, sampler=sampler)
 
 
 def serve_metrics(eng: EngineSetup, all_recs, tl: Timeline | None = None) -> dict[str, float]:

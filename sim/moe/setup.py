@@ -92,8 +92,9 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     slots = min(slots, total)
     per_sequence = slots if e.batching else slots // e.parallel  # taking turns, each sequence has its share
     r = moe.routing
-    law = RoutingLaw(moe.layers, moe.experts_per_layer, moe.top_k, r.exponent, r.locality, r.drift_weight,
-                     r.drift_hot_experts, r.drift_concentration, r.exponent_spread)
+    law = RoutingLaw(moe.layers, moe.experts_per_layer, top_k=moe.top_k, exponent=r.exponent, locality=r.locality,
+                     drift_weight=r.drift_weight, drift_hot_experts=r.drift_hot_experts,
+                     drift_concentration=r.drift_concentration, exponent_spread=r.exponent_spread)
     popularity = layer_popularity(law, np.random.default_rng(r.popularity_seed))
     profile = popularity if e.profile_seed is None else layer_popularity(law, np.random.default_rng(e.profile_seed))
     if e.policy == "static":
@@ -126,7 +127,7 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
         expert_s.append(peer.expert_s + (moe.expert_mib * MIB / (peer.paging_gbps * GB) if paged[-1] else 0.0))
     split: dict[str, tuple[float, ...]] = {}
     if e.placement == "layer_split":
-        slots, resident, split, split_rows = _layer_split(scn, machine, moe, slots, ranked, e)
+        slots, resident, split, split_rows = _layer_split(scn, machine, moe=moe, slots=slots, ranked=ranked, e=e)
         per_sequence = slots if e.batching else slots // e.parallel
         if per_sequence < slots:
             resident = static_cache(ranked, per_sequence)

@@ -111,8 +111,9 @@ def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: b
     window = gpu + np.where(in_eager, p.graph_break_s / layers, 0.0)[:, None]
     stall = np.maximum(wait - window, 0.0).sum(axis=1)
     steps = resident.shape[0]
-    return StepTimes(gpu.sum(axis=1), stall, np.where(in_eager, p.graph_break_s, 0.0), np.full(steps, p.host_s),
-                     step_reads, on_cpu.sum(axis=1), eager)
+    return StepTimes(gpu.sum(axis=1), stall, eager_s=np.where(in_eager, p.graph_break_s, 0.0),
+                     host_s=np.full(steps, p.host_s), pcie_reads=step_reads, cpu_experts=on_cpu.sum(axis=1),
+                     eager_after=eager)
 
 
 def _layer_gpu_s(p: StepParams, layers: int, resident: np.ndarray) -> np.ndarray:
@@ -183,8 +184,10 @@ def _step_times_tabulated(resident: np.ndarray, missed: np.ndarray, p: StepParam
     reads = np.take(tab.reads, cell, mode="clip", out=np.empty_like(cell))  # cell is in range: clip skips checks
     at = np.flatnonzero(reads)
     gpu = np.take(tab.gpu, resident, mode="clip", out=np.empty(resident.shape))
-    return tabulated_step_times(p, tab, layers, gpu.sum(axis=1), reads.sum(axis=1, dtype=np.int32),
-                                missed.sum(axis=1, dtype=np.int32), at, cell.reshape(-1)[at], eager, starts)
+    return tabulated_step_times(p, tab, layers=layers, compute_s=gpu.sum(axis=1),
+                                step_reads=reads.sum(axis=1, dtype=np.int32),
+                                step_missed=missed.sum(axis=1, dtype=np.int32), at=at, cells_at=cell.reshape(-1)[at],
+                                eager=eager, starts=starts)
 
 
 def tabulated_step_times(p: StepParams, tab: LayerTable, layers: int, compute_s: np.ndarray, step_reads: np.ndarray,
@@ -198,8 +201,9 @@ def tabulated_step_times(p: StepParams, tab: LayerTable, layers: int, compute_s:
     in_eager, eager = eager_steps(p, reads, eager, starts)
     stall = np.zeros(steps * layers)
     stall[at] = tab.stall[cells_at + in_eager[at // layers] * tab.cells]
-    return StepTimes(compute_s, stall.reshape(steps, layers).sum(axis=1), np.where(in_eager, p.graph_break_s, 0.0),
-                     np.full(steps, p.host_s), reads, (step_missed - step_reads).astype(float), eager)
+    return StepTimes(compute_s, stall.reshape(steps, layers).sum(axis=1),
+                     eager_s=np.where(in_eager, p.graph_break_s, 0.0), host_s=np.full(steps, p.host_s),
+                     pcie_reads=reads, cpu_experts=(step_missed - step_reads).astype(float), eager_after=eager)
 
 
 def tokens_per_step(drafts: int, acceptance, steps: int, rng: np.random.Generator) -> np.ndarray:

@@ -56,8 +56,9 @@ class QueueSpec:
     @classmethod
     def of(cls, sv: Serve, sequences: int) -> QueueSpec:
         """The queue a scenario's ``serve`` section describes, in front of an engine of ``sequences``."""
-        return cls(sequences, sv.request_overhead_s, sv.workload.think_s, sv.workload.think_law,
-                   sv.admission.queue_limit, sv.admission.timeout_s)
+        return cls(sequences, overhead_s=sv.request_overhead_s, think_s=sv.workload.think_s,
+                   think_law=sv.workload.think_law, queue_limit=sv.admission.queue_limit,
+                   timeout_s=sv.admission.timeout_s)
 
 
 @dataclass
@@ -79,7 +80,8 @@ class Timeline:
     @classmethod
     def empty(cls, n: int) -> Timeline:
         nan = np.full(n, np.nan)
-        return cls(nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(), [""] * n)
+        return cls(sent_s=nan.copy(), arrival_s=nan.copy(), start_s=nan.copy(), first_token_s=nan.copy(),
+                   end_s=nan.copy(), end=[""] * n)
 
 
 class Server:

@@ -81,7 +81,8 @@ def build_table(sv: Serve, rng: np.random.Generator) -> RequestTable:
         assert w.rate_per_s is not None
         gaps = rng.exponential(1.0 / w.rate_per_s, n) if w.arrival_law == "poisson" else np.full(n, 1 / w.rate_per_s)
         arrival = np.cumsum(gaps) - gaps[0]  # the first request arrives at 0
-        return RequestTable(arrival, prompt, cached, out, nan, np.full(n, -1, dtype=np.int64))
+        return RequestTable(arrival, prompt, cached_tokens=cached, output_tokens=out, acceptance=nan,
+                            client=np.full(n, -1, dtype=np.int64))
     clients = 1 if w.kind == "sequential" else w.clients
     runs = min(w.runs, n)
     index = np.arange(n, dtype=np.int64)
@@ -90,7 +91,7 @@ def build_table(sv: Serve, rng: np.random.Generator) -> RequestTable:
     if w.kind == "agent":
         answered = out if sv.max_tokens is None else np.minimum(out, sv.max_tokens)  # what the next turn carries
         prompt, cached = agent_contexts(answered, client, w.turns, w.turn_tokens, sv.prompt_tokens)
-    return RequestTable(nan, prompt, cached, out, nan, client, run)
+    return RequestTable(nan, prompt, cached_tokens=cached, output_tokens=out, acceptance=nan, client=client, run=run)
 
 
 def sampled_lengths(path: str, n: int, max_tokens: int | None, rng: np.random.Generator
@@ -209,10 +210,11 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "
         row = int(np.flatnonzero(cached > prompt)[0])
         raise ScenarioError(path, key(row, "cached_tokens"), f"at most {shown.get('prompt_tokens', 'prompt_tokens')}")
     if sequential:
-        return RequestTable(np.full(n, np.nan), prompt, cached, out, cols.get("acceptance", np.full(n, np.nan)),
-                            np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
-    return RequestTable(arrival, prompt, cached, out, cols.get("acceptance", np.full(n, np.nan)),
-                        np.full(n, -1, dtype=np.int64))
+        return RequestTable(np.full(n, np.nan), prompt, cached_tokens=cached, output_tokens=out,
+                            acceptance=cols.get("acceptance", np.full(n, np.nan)), client=np.zeros(n, dtype=np.int64),
+                            run=np.zeros(n, dtype=np.int64))
+    return RequestTable(arrival, prompt, cached_tokens=cached, output_tokens=out,
+                        acceptance=cols.get("acceptance", np.full(n, np.nan)), client=np.full(n, -1, dtype=np.int64))
 
 
 class _Cells:

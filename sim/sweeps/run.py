@@ -119,8 +119,8 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
 
     def tables() -> SweepResult:
         rows = table_rows(plan, tasks, records)
-        res = SweepResult(plan, tasks, rows, ran, reused, complete and len(rows) == len(tasks),
-                          sum(1 for r in rows if r.get("error")), names, held)
+        res = SweepResult(plan, tasks, rows=rows, ran=ran, reused=reused, complete=complete and len(rows) == len(tasks),
+                          errors=sum(1 for r in rows if r.get("error")), parameters=names, held=held)
         write_results(out_dir, res, facts)
         return res
 

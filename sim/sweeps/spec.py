@@ -277,7 +277,8 @@ def _axis_from_spec(name: str, spec: AxisSpec, where: str) -> Axis:
         paths = list(spec.set.items())
     if not paths:
         raise ScenarioError(where, f"{key}.set", "at least one scenario path the values are written to")
-    return Axis(name, tuple(values), tuple(paths), tuple(spec.also.items()), spec.label, spec.unit)
+    return Axis(name, tuple(values), paths=tuple(paths), also=tuple(spec.also.items()), label=spec.label,
+                unit=spec.unit)
 
 
 def cli_axis(text: str) -> Axis:
@@ -352,8 +353,8 @@ def build_plan(target: str, cli_axes: list[str], zip_axes: bool, seeds: int | No
     if not axes:
         raise ScenarioError("--axis", "", f"{target} is a scenario: give at least one --axis dotted.path=VALUES")
     _one_writer_per_path(target, axes, list(cli_sets))
-    plan = Plan(scenario, base_sets + list(cli_sets), axes, zip_axes, seeds or 1, uncertainty,
-                sweep_file=target if sweep else None, plot=sweep.plot if sweep else None,
+    plan = Plan(scenario, base_sets + list(cli_sets), axes=axes, zip=zip_axes, seeds=seeds or 1,
+                uncertainty=uncertainty, sweep_file=target if sweep else None, plot=sweep.plot if sweep else None,
                 measured=list(sweep.measured) if sweep else [])
     where = target
     if zip_axes:

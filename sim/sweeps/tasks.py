@@ -59,5 +59,6 @@ def prepare_tasks(plan: Plan, seed: int | None) -> tuple[list[Task], list[str], 
         for j in range(plan.seeds):
             for k, params, dscn, dresolved in draws:
                 run_seed = base + j + plan.seeds * (k or 0)
-                tasks.append(Task(len(tasks), p, run_seed, k, params, run_key(dresolved, run_seed), dscn))
+                tasks.append(Task(len(tasks), p, seed=run_seed, draw=k, params=params, key=run_key(dresolved, run_seed),
+                                  scenario=dscn))
     return tasks, names, held

@@ -265,7 +265,8 @@ def line_panel(ax, sweep: Sweep, x: str, y: str, hue: str | None, styler: Styler
     if cats:
         ax.set_xticks(range(len(cats)), [str(c) for c in cats])
     if overlay:
-        measured_points(ax, sweep, x, y, hue, facet, styler, xf if numeric_x else None, cats)
+        measured_points(ax, sweep, x=x, y=y, hue=hue, facet=facet, styler=styler, xf=xf if numeric_x else None,
+                        cats=cats)
     ax.set_xlabel(label_text(axis_meta(x, sweep.manifest) if x_is_axis else metric_meta(x)))
     ax.set_ylabel(label_text(metric_meta(y)))
 

@@ -49,14 +49,14 @@ def generic(sweep: Sweep, x: str, y: list[str], hue: str | None, facet: str | No
         for metric in y:
             for v in values:
                 sub = sweep.frame[sweep.frame[facet].astype(str) == str(v)]
-                line_panel(axes[i], sweep, x, metric, hue, styler, frame=sub, facet=(facet, v))
+                line_panel(axes[i], sweep, x=x, y=metric, hue=hue, styler=styler, frame=sub, facet=(facet, v))
                 axes[i].set_title(f"{axis_meta(facet, sweep.manifest)[0]} {v}")
                 i += 1
         _share_y(axes, len(values))
     else:
         fig, axes = _panels(plt, len(y))
         for ax, metric in zip(axes, y, strict=True):
-            line_panel(ax, sweep, x, metric, hue, styler)
+            line_panel(ax, sweep, x=x, y=metric, hue=hue, styler=styler)
     _legend(fig, axes)
     footnote(fig, sweep)
     return fig
@@ -85,7 +85,8 @@ def _metric_panels(sweep: Sweep, x: str, hue: str | None, panels: list[tuple[str
     styler = _styler(sweep, hue)
     fig, axes = _panels(plt, len(panels))
     for ax, (metric, title) in zip(axes, panels, strict=True):
-        line_panel(ax, sweep, sweep.column(x, "--x"), sweep.column(metric, "y"), hue, styler, hue_label=hue_label)
+        line_panel(ax, sweep, x=sweep.column(x, "--x"), y=sweep.column(metric, "y"), hue=hue, styler=styler,
+                   hue_label=hue_label)
         ax.set_title(title)
     return fig, axes
 
@@ -135,7 +136,7 @@ def headroom(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
     styler = _styler(sweep, hue)
     free = [c for c in sweep.frame.columns if re.fullmatch(r"vram\.(.+)\.free_mib", c) and c != "vram.gpu0.free_mib"]
     fig, axes = _panels(plt, 1 + len(free[:1]))
-    line_panel(axes[0], sweep, x, sweep.column("decode_tok_s", "y"), hue, styler)
+    line_panel(axes[0], sweep, x=x, y=sweep.column("decode_tok_s", "y"), hue=hue, styler=styler)
     axes[0].set_yscale("log")
     from matplotlib.ticker import FuncFormatter
 
@@ -143,7 +144,7 @@ def headroom(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
     axes[0].yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
     axes[0].set_title("decode: the headroom cliff")
     if free:
-        line_panel(axes[1], sweep, x, free[0], hue, styler)
+        line_panel(axes[1], sweep, x=x, y=free[0], hue=hue, styler=styler)
         axes[1].axhline(0, color="#D55E00", linewidth=1, linestyle="--", label="oversubscribed below: the driver pages")
         axes[1].set_title("VRAM left free on the peer once the encoder runs")
     _legend(fig, axes)
@@ -192,7 +193,7 @@ def dispatch(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
 
     stacked = pd.concat(long, ignore_index=True)
     tmp = Sweep(sweep.folder, stacked, sweep.manifest)
-    line_panel(axes[0], tmp, x, "estimate", "machine", styler, overlay=False, hue_label="")
+    line_panel(axes[0], tmp, x=x, y="estimate", hue="machine", styler=styler, overlay=False, hue_label="")
     axes[0].set_ylabel(label_text(("estimated completion: wait + load + decode", "s", 1)))
     a, b = machines
     runs = frame.groupby([c for c in ("seed", "draw") if c in frame.columns], sort=False)
@@ -207,7 +208,7 @@ def dispatch(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
     rel["gap"] = 100 * (frame[cols[a]] - frame[cols[b]]) / np.minimum(frame[cols[a]], frame[cols[b]])
     rel["point"] = frame["point"]
     tmp2 = Sweep(sweep.folder, rel, sweep.manifest)
-    line_panel(axes[1], tmp2, x, "gap", None, None, overlay=False)
+    line_panel(axes[1], tmp2, x=x, y="gap", hue=None, styler=None, overlay=False)
     axes[1].set_ylabel(label_text((f"({a} - {b}) / faster estimate", "%", 100)))
     tie = sweep.manifest.get("facts", {}).get("tie_threshold")
     if tie:

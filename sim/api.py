@@ -24,7 +24,6 @@ import numpy as np
 from pydantic import BaseModel
 
 from sim.config.load import Override, load_scenario
-from sim.config.paths import get_dotted
 from sim.core.errors import ScenarioError
 from sim.runner import RunResult, summary, tables
 from sim.runner import run as run_config
@@ -33,33 +32,35 @@ _MISSING = object()
 
 
 class Scenario:
-    """A scenario file with changes, validated (``config``: the validated model, read-only)."""
+    """A scenario file with changes, validated when made (``config``: the validated model, read-only). It does not
+    change: :meth:`set` makes a new one from the file and the changes, read again; paths in it (a trace) are resolved
+    when it is made, relative to the working directory then."""
 
     def __init__(self, path: str, changes: tuple[Override, ...] = ()) -> None:
         self.path = path
         self.changes = tuple(c if isinstance(c, str) else (str(c[0]), copy.deepcopy(c[1])) for c in changes)
-        self.config, self._resolved = load_scenario(path, self.changes)
+        self.config = load_scenario(path, self.changes)[0]
 
-    def set(self, changes: str | Mapping[str, Any] | Iterable[str], value: Any = _MISSING) -> Scenario:
+    def set(self, changes: str | Mapping[str, Any] | Iterable[Override], value: Any = _MISSING) -> Scenario:
         """A new scenario with ``changes`` applied after this one's: ``set("a.b", 1)``, ``set({"a.b": 1, ...})``,
-        or ``--set`` strings with YAML values (``set("a.b=1")``, ``set(["a.b=1", "c={x: 2}"])``)."""
+        ``--set`` strings with YAML values (``set("a.b=1")``, ``set(["a.b=1", "c={x: 2}"])``) or (path, value)
+        pairs."""
         return Scenario(self.path, self.changes + _changes(changes, value))
 
     def get(self, path: str) -> Any:
-        """The value at a dotted path as the run will use it (the file's, a calibration's or a change's); a
-        default of the schema counts too. KeyError when the path names nothing."""
-        found, value = get_dotted(self._resolved, path)
-        if found:
-            return copy.deepcopy(value)
+        """The value at a dotted path as the run will use it (the file's, a calibration's, a change's or the
+        schema's default), as plain data: a section is a dict of all its values. KeyError when it names nothing."""
         node: Any = self.config
         for part in path.split("."):
-            if isinstance(node, Mapping) and part in node:
-                node = node[part]
-            elif isinstance(node, BaseModel) and part in type(node).model_fields:
+            if isinstance(node, BaseModel) and part in type(node).model_fields:
                 node = getattr(node, part)
+            elif isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, list | tuple) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
             else:
                 raise KeyError(path)
-        return node.model_dump() if hasattr(node, "model_dump") else copy.deepcopy(node)
+        return _plain(node)
 
     @property
     def name(self) -> str:
@@ -117,8 +118,8 @@ class Run:
         """One of the tables ``sim run --out`` writes (``requests``, ``jobs``, ``loads``, ...), as a DataFrame."""
         import pandas as pd
 
-        if name == "requests" and self.result.serving is not None:
-            return self.result.serving.requests.frame()
+        if name == "requests":
+            return self.requests
         found = tables(self.result)
         if name not in found:
             raise KeyError(f"no table {name!r}: this run has {', '.join(found)}")
@@ -126,7 +127,10 @@ class Run:
 
     def tables(self) -> dict[str, Any]:
         """Every table of ``sim run --out``, as DataFrames."""
-        return {name: self.table(name) for name in tables(self.result)}
+        import pandas as pd
+
+        return {name: self.requests if name == "requests" else pd.DataFrame(list(rows))
+                for name, rows in tables(self.result).items()}
 
     @property
     def requests(self):
@@ -158,8 +162,20 @@ class Run:
         return f"<sim.Run of {self.scenario!r}, seed {self.seed}: {len(self.result.metrics)} metrics>"
 
 
+def _plain(node: Any) -> Any:
+    """A copy of a value of the validated model as plain data (dicts, lists, numbers, text)."""
+    if isinstance(node, BaseModel):
+        return node.model_dump()
+    if isinstance(node, Mapping):
+        return {k: _plain(v) for k, v in node.items()}
+    if isinstance(node, list | tuple):
+        return [_plain(v) for v in node]
+    return copy.deepcopy(node)
+
+
 def _changes(changes, value: Any = _MISSING) -> tuple[Override, ...]:
-    """Overrides from a path and a value, a mapping, or ``--set`` strings (kept as written: errors quote them)."""
+    """Overrides from a path and a value, a mapping, ``--set`` strings (kept as written: errors quote them) or
+    (path, value) pairs."""
     if isinstance(changes, str) and value is not _MISSING:
         return ((changes, value),)
     if value is not _MISSING:
@@ -168,10 +184,11 @@ def _changes(changes, value: Any = _MISSING) -> tuple[Override, ...]:
         changes = [changes]
     if isinstance(changes, Mapping):
         return tuple(changes.items())
-    out = tuple(changes)
+    out = tuple(tuple(c) if isinstance(c, list | tuple) else c for c in changes)
     for c in out:
-        if not isinstance(c, str) or "=" not in c:
-            raise TypeError(f"a --set string path=value, not {c!r}")
+        pair = isinstance(c, tuple) and len(c) == 2 and isinstance(c[0], str)
+        if not pair and not (isinstance(c, str) and "=" in c):
+            raise TypeError(f"a --set string path=value or a (path, value) pair, not {c!r}")
     return out
 
 

@@ -413,8 +413,8 @@ def validate(scenario: str | None, tables: tuple[str, ...], root: str, groups: t
                                 f"scenario maps: {', '.join(declared) or 'it maps none'})")
         cells = scenario_cells(scenario, found)
         given = {os.path.basename(p) for p in found}
-        not_checked = {name: f"no file {os.path.join(root, 'calibration', name)}" for name in declared
-                       if name not in given}
+        not_checked = {name: "not given (--table)" if tables else f"no file {os.path.join(root, 'calibration', name)}"
+                       for name in declared if name not in given}
     outside = [c for c in cells if c.status == "OUTSIDE"]
     if as_json:
         click.echo(dumps({"cells": [c.as_dict() for c in cells], "outside": len(outside),

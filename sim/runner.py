@@ -26,7 +26,7 @@ class RunResult:
     seed: int
     probes: list[ProbeReport]
     jobs: list[JobRecord]
-    kind: EngineKind | None = None  # the kind of engine that served (None: nothing served)
+    kind: EngineKind | None = None  # the kind of engine that served, and what it served (both None: nothing)
     serving: ServeRun | None = None
     serve_metrics: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)

@@ -41,8 +41,17 @@ def test_set_returns_a_new_validated_scenario_with_set_semantics():
     assert added.get("jobs.extra.tokens") == 800 and "extra" in added.config.jobs
     assert base.get("machines.strata_box.engine.step.dense_s") == pytest.approx(0.00804138)  # from its calibration
     assert base.get("serve.fidelity") == "counts"  # a schema default
+    step = base.get("machines.strata_box.engine.step")  # a section: every value, defaults and calibrations included
+    assert step["dense_s"] == pytest.approx(0.00804138) and step["break_mode"] == "sticky"
+    assert base.get("serve")["workload"]["kind"] == "sequential"
+    step["dense_s"] = 1.0  # plain data: a copy
+    assert base.config.machines["strata_box"].engine.step.dense_s == pytest.approx(0.00804138)
     with pytest.raises(KeyError):
         base.get("machines.strata_box.engine.no_such_key")
+    pairs = sim.load(GEN3, [("serve.requests", 7), "serve.prompt_tokens=9"])  # (path, value) pairs and --set text
+    assert (pairs.get("serve.requests"), pairs.get("serve.prompt_tokens")) == (7, 9)
+    with pytest.raises(TypeError):
+        sim.load(GEN3, [42])
 
 
 def test_bad_values_raise_the_one_line_error_the_command_line_prints():
@@ -83,4 +92,5 @@ def test_lab_runs_have_jobs_and_no_requests():
     run = sim.load(HOME_LAB).run()
     assert list(run.jobs["id"]) == ["long_resident", "long_with_load", "short_with_load"]
     assert run.requests.empty and run.engine is None and sim.load(HOME_LAB).engine() is None
+    assert list(run.table("requests").columns) == list(run.requests.columns) and "requests" not in run.tables()
     assert run.metrics["job.long_resident.tie"] == 0.0

@@ -107,10 +107,11 @@ def replay(scn: Scenario, obs: list[Observation], seed: int, replicas: int = 1) 
                          client=np.zeros(n, dtype=np.int64), run=np.zeros(n, dtype=np.int64))
     c = kind.replay(scn, table, np.random.default_rng(seed)).requests.columns
     new = c["prompt_tokens"] - c["cached_tokens"]
+    decoded = c["output_tokens"] - (1 if kind.first_token_in_prefill else 0)  # the tokens decode_s produced
     reads_only = col([o.engine in READS_ONLY_SHARE for o in obs])
     with np.errstate(divide="ignore", invalid="ignore"):
         per = {"prefill_tok_s": np.where(c["prefill_s"] > 0, new / c["prefill_s"], np.nan),
-               "decode_tok_s": np.where(c["decode_s"] > 0, c["output_tokens"] / c["decode_s"], np.nan),
+               "decode_tok_s": np.where((c["decode_s"] > 0) & (decoded > 0), decoded / c["decode_s"], np.nan),
                "ttft_s": c["ttft_s"],
                "expert_hit_rate": np.where(c["lookups"] > 0, c["vram_hits"] / c["lookups"], np.nan),
                # what the engine's log calls its PCIe share (READS_ONLY_SHARE): routed experts not served from the

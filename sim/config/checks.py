@@ -96,9 +96,8 @@ def _engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
     if spec is not None and spec.moe is not None and e.iteration is not None:
         errs.append((f"{p}.iteration", "...", "no 'iteration' section for an MoE model (its decode step cost is "
                      "under 'step')"))
-    if engine_kind(s, e) == "dense":
-        return errs + _dense_engine(s, m, p, e)
-    return errs + _moe_engine(s, m, p, e)
+    # a model naming neither section (or both) is reported above; its engine is checked as the default kind's
+    return errs + ENGINE_CHECKS[engine_kind(s, e) or "moe"](s, m, p, e)
 
 
 def _moe_engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
@@ -168,6 +167,9 @@ def _dense_engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
                 errs.append((f"gpus.{gpu.type}.{field}", None, "the card's spec (a dense engine's iterations are "
                              "bound by memory bandwidth and tensor throughput)"))
     return errs
+
+
+ENGINE_CHECKS = {"moe": _moe_engine, "dense": _dense_engine}  # what each kind of engine needs of its section
 
 
 def _jobs(s: Scenario) -> list[Problem]:

@@ -70,10 +70,10 @@ class Scenario(Strict):
     report: Report = Report()
 
 
-EngineKind = Literal["moe", "dense"]
+EngineName = Literal["moe", "dense"]  # the engine kinds sim.engines registers
 
 
-def engine_kind(s: Scenario, e: Engine) -> EngineKind | None:
+def engine_kind(s: Scenario, e: Engine) -> EngineName | None:
     """Which engine serves ``e``'s model: ``moe`` (an expert cache, sim.moe) for a model with an ``moe`` section,
     ``dense`` (continuous batching, sim.dense) for one with a ``dense`` section; None when the model names neither
     or both (a scenario check reports it)."""

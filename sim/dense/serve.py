@@ -14,12 +14,12 @@ from functools import partial
 import numpy as np
 
 from sim.config.scenario import Scenario
+from sim.dense.report import report_lines
 from sim.dense.server import DenseServer
 from sim.dense.setup import DenseSetup, setup_dense
 from sim.serving.engine import ServeRun
 from sim.serving.metrics import load_metrics
 from sim.serving.queue import QueueSpec, Work, run_queue
-from sim.serving.report import load_lines
 from sim.serving.served import ServedRequests
 from sim.serving.workload import RequestTable, build_table
 
@@ -31,17 +31,12 @@ def _serve_table(setup: DenseSetup, table: RequestTable, max_tokens: int | None,
     zeros = np.zeros(n)
     work = Work(zeros, zeros, total_s=zeros, output_tokens=out, capped=out < table.output_tokens,
                 telemetry={"decode_s": np.zeros(n)})
-    server = partial(_dense_server, setup=setup, prompt=table.prompt_tokens, cached=table.cached_tokens, exact=exact)
+    server = partial(DenseServer, setup=setup, prompt=table.prompt_tokens, cached=table.cached_tokens, exact=exact)
     tl, eng = run_queue(table, work, spec, rng, server)
     sums = {"decode_s": work.telemetry["decode_s"], "compute_s": np.asarray(eng.share_s)}
     requests = ServedRequests.of_run(table, tl, output_tokens=out, prefill_s=np.asarray(eng.prefill_s), sums=sums,
                                      decode_gpu_s=np.asarray(eng.share_s))
     return ServeRun(setup, requests, tl, dict(eng.stats))
-
-
-def _dense_server(env, work, spec, tl, done, setup: DenseSetup, prompt: np.ndarray, cached: np.ndarray,
-                  exact: bool) -> DenseServer:
-    return DenseServer(env, work, spec=spec, tl=tl, done=done, setup=setup, prompt=prompt, cached=cached, exact=exact)
 
 
 def serve_dense(scn: Scenario, rng: np.random.Generator, exact: bool = False) -> ServeRun:
@@ -58,6 +53,7 @@ class DenseEngine:
     """The dense engine kind (:class:`sim.serving.engine.EngineKind`)."""
 
     name = "dense"
+    first_token_in_prefill = True  # the iteration that reads the prompt's last chunk yields it
 
     def setup(self, scn: Scenario, machine: str) -> DenseSetup:
         return setup_dense(scn, machine)
@@ -122,29 +118,3 @@ def dense_metrics(run: ServeRun) -> dict[str, float]:
             out |= {"decode_tok_s_median": float(np.median(1 / tpot)), "tpot_p50_s": float(np.percentile(tpot, 50)),
                     "tpot_p99_s": float(np.percentile(tpot, 99))}
     return out
-
-
-def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float]) -> list[str]:
-    """A dense model under continuous batching: VRAM and KV pool, the roofline, rates, batch and KV use."""
-    eng: DenseSetup = run.setup
-    e, c = eng.spec, eng.cost
-    card = scn.gpus[scn.machines[eng.machine].gpus[e.gpu].type]
-    it = e.iteration
-    assert it is not None
-    out = ["", f"Serving {eng.model} (dense) on {eng.machine} ({e.gpu}): continuous batching of up to {e.parallel} "
-           f"sequences, {eng.token_budget} tokens per iteration (chunked prefill)",
-           f"  VRAM {card.vram_gib:.2f} GiB = other tenants {eng.tenants_gib:.2f} + weights {eng.weights_gib:.2f} + "
-           f"runtime {e.runtime_gib:.2f} + KV pool {eng.kv_pool_gib:.2f} GiB ({eng.kv_pool_tokens:,} tokens)",
-           f"  an iteration: {c.overhead_s * 1e3:.2f} ms + the longer of reading the weights "
-           f"({c.weights_s * 1e3:.2f} ms at {it.memory_efficiency:.0%} of {card.hbm_gbps:g} GB/s) and the KV, and "
-           f"computing ({c.token_s * 1e6:.1f} us per token at {it.compute_efficiency:.0%} of {card.tflops:g} TFLOP/s)"]
-    if "decode_tok_s" in m:
-        out.append(f"  {int(m['requests'])} requests served, {m['output_tokens'] / m['requests']:.0f} tokens on "
-                   f"average: decode {m['decode_tok_s']:.1f} tok/s per sequence (median request "
-                   f"{m['decode_tok_s_median']:.1f}), time per output token p50 {m.get('tpot_p50_s', 0) * 1e3:.1f} "
-                   f"ms, p99 {m.get('tpot_p99_s', 0) * 1e3:.1f} ms")
-    out.append(f"  {int(m['iterations']):,} iterations, {m['memory_bound_share']:.0%} bound by memory reads, "
-               f"{m['prefill_iteration_share']:.0%} carrying prefill; mean batch {m['batch_mean']:.1f} sequences; "
-               f"KV use mean {m['kv_mean_share']:.1%}, peak {m['kv_peak_share']:.1%} of the pool; "
-               f"{int(m['kv_preemptions'])} preemptions")
-    return out + load_lines(scn, m, e.parallel, eng.vram)

@@ -11,8 +11,7 @@ from sim.config.scenario import Scenario
 from sim.core.errors import SimulationError
 from sim.core.units import GIB, MIB
 from sim.dense.step import KIB, IterationCost
-
-VramRows = tuple[tuple[str, float, float], ...]  # per GPU: (name, used MiB, total MiB)
+from sim.serving.metrics import VramRows
 
 
 @dataclass(frozen=True)

@@ -105,12 +105,12 @@ def lfu_hits(ids: np.ndarray, capacity: int) -> np.ndarray:
     return hits.reshape(ids.shape)
 
 
-def home_tiers(profile: np.ndarray, slots: int, peer_slots: list[int], host_slots: int | None) -> np.ndarray:
+def home_tiers(profile: np.ndarray, slots: int, peer_slots: list[int], host_experts: int | None) -> np.ndarray:
     """Where each expert (flat id) is served from when the VRAM cache does not hold it: ``0 .. P-1`` a peer GPU,
     ``P`` host RAM, ``P + 1`` disk. Placement follows the ranked profile hottest-first, as the engine's start-up
     does: the first ``slots`` fill the VRAM cache (their home when an LRU cache misses them is host RAM, not counted
-    against ``host_slots``, which holds experts kept nowhere in VRAM), the next
-    ``peer_slots[0]`` go to the first peer GPU and so on, then host RAM holds up to ``host_slots`` (None: all) and
+    against ``host_experts``, the experts it holds that are kept nowhere in VRAM), the next
+    ``peer_slots[0]`` go to the first peer GPU and so on, then host RAM holds up to ``host_experts`` (None: all) and
     the rest stay on disk."""
     order = np.argsort(-profile.ravel(), kind="stable")
     peers = len(peer_slots)
@@ -119,6 +119,6 @@ def home_tiers(profile: np.ndarray, slots: int, peer_slots: list[int], host_slot
     for i, n in enumerate(peer_slots):
         tier[order[pos:pos + n]] = i
         pos += n
-    if host_slots is not None:
-        tier[order[pos + host_slots:]] = peers + 1
+    if host_experts is not None:
+        tier[order[pos + host_experts:]] = peers + 1
     return tier

@@ -106,7 +106,7 @@ class RequestRouter:
     """Samples the expert lookups of one request (its own drift hot set), a batch of tokens at a time."""
 
     law: RoutingLaw
-    tables: AliasTables
+    alias: AliasTables
     rng: np.random.Generator
     hot_set: np.ndarray | None = None  # [layers, drift_hot_experts] flat ids
     drift_weight: float = 0.0  # this request's share of lookups on its hot set
@@ -120,7 +120,7 @@ class RequestRouter:
         self._layer_index = np.arange(self.law.layers)[:, None]
 
     @classmethod
-    def start(cls, law: RoutingLaw, tables: AliasTables, rng: np.random.Generator,
+    def start(cls, law: RoutingLaw, alias: AliasTables, rng: np.random.Generator,
               popularity: np.ndarray | None = None) -> RequestRouter:
         skew = float(np.exp(law.exponent_spread * rng.standard_normal())) if law.exponent_spread > 0 else 1.0
         hot = None
@@ -132,13 +132,13 @@ class RequestRouter:
         if hot is not None and law.drift_concentration > 0 and 0 < weight < 1:
             c = law.drift_concentration
             weight = float(rng.beta(weight * c, (1 - weight) * c))
-        return cls(law, tables, rng, hot_set=hot, drift_weight=weight, skew=skew, popularity=popularity)
+        return cls(law, alias, rng, hot_set=hot, drift_weight=weight, skew=skew, popularity=popularity)
 
     def next_tokens(self, tokens: int) -> np.ndarray:
         """[tokens, layers, top_k] expert ids (layer-major flat ids: layer * experts + expert) for the next tokens."""
         law, rng = self.law, self.rng
         n, layers, k = law.experts, law.layers, law.top_k
-        prob, alias = self.tables.flat
+        prob, alias = self.alias.flat
         shape = (tokens, layers, k)
         u = rng.random(shape, dtype=np.float32) * n
         col = u.astype(np.int32)

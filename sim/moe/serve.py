@@ -25,6 +25,7 @@ from sim.serving.engine import ServeRun
 from sim.serving.metrics import fsum, load_metrics, spill_buckets
 from sim.serving.queue import QueueSpec, SharedGpuServer, Timeline, Work, run_queue
 from sim.serving.served import ServedRequests, as_served
+from sim.serving.telemetry import SUM_NAMES
 from sim.serving.workload import RequestTable, build_table
 
 
@@ -55,7 +56,7 @@ def _served(eng: EngineSetup, table: RequestTable, work: Work, tl: Timeline, sha
     wall time and keeps its GPU seconds apart; slots taking turns: from its first token to its end, plus its first
     step."""
     d, e = work.telemetry, eng.spec
-    sums = dict(d)
+    sums = {k: d[k] for k in SUM_NAMES}
     gpu = None
     if shared:
         gpu = d["compute_s"] + d["stall_s"] + d["eager_s"] + d["host_s"]
@@ -69,6 +70,7 @@ class MoeEngine:
     """The MoE engine kind (:class:`sim.serving.engine.EngineKind`)."""
 
     name = "moe"
+    first_token_in_prefill = False  # the first verification step yields it, inside decode_s
 
     def setup(self, scn: Scenario, machine: str) -> EngineSetup:
         return setup_engine(scn, machine)
@@ -81,8 +83,7 @@ class MoeEngine:
         work = request_work(eng, table, sv.max_tokens, rng, sv.fidelity)
         server = SharedGpuServer
         if eng.spec.batching:
-            server = partial(_batch_server, steps=work.telemetry["steps"].astype(np.int64),
-                             sampler=BatchSteps(eng, rng))
+            server = partial(BatchServer, steps=work.telemetry["steps"].astype(np.int64), sampler=BatchSteps(eng, rng))
         tl, _ = run_queue(table, work, QueueSpec.of(sv, eng.spec.parallel), rng, server)
         return ServeRun(eng, _served(eng, table, work, tl, eng.spec.batching or eng.spec.parallel > 1), tl)
 
@@ -114,13 +115,10 @@ def _buckets(run: ServeRun) -> list[dict]:
     return run.memo["spill_buckets"]
 
 
-def _batch_server(env, work, spec, tl, done, steps: np.ndarray, sampler: BatchSteps) -> BatchServer:
-    return BatchServer(env, work, spec=spec, tl=tl, done=done, steps=steps, sampler=sampler)
-
-
-def serve_metrics(eng: EngineSetup, all_recs, tl: Timeline | None = None) -> dict[str, float]:
-    """Decode telemetry over the served requests; with the run's timeline, the load metrics too."""
-    reqs = as_served(all_recs)
+def serve_metrics(eng: EngineSetup, requests, tl: Timeline | None = None) -> dict[str, float]:
+    """Decode telemetry over the served requests (a run's columns, or records); with the run's timeline, the load
+    metrics too."""
+    reqs = as_served(requests)
     r = reqs.subset(reqs.served)
     out = load_metrics(reqs, tl, eng.vram) if tl is not None else {}
     if not len(r):

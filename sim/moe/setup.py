@@ -21,8 +21,7 @@ from sim.core.units import GB, GIB, MIB
 from sim.moe.expert_cache import auto_slots, che_hit_probabilities, home_tiers, static_cache
 from sim.moe.routing import AliasTables, RoutingLaw, layer_popularity
 from sim.moe.stepcost import StepParams
-
-VramRows = tuple[tuple[str, float, float], ...]  # per GPU: (name, used MiB, total MiB)
+from sim.serving.metrics import VramRows
 
 
 @dataclass(frozen=True)

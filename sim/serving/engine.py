@@ -37,6 +37,7 @@ class EngineKind(Protocol):
     """What an engine kind registers (see the module docstring)."""
 
     name: str
+    first_token_in_prefill: bool  # a request's first token comes with its prefill, not within its decode_s
 
     def setup(self, scn: Scenario, machine: str) -> Any:
         """The engine on ``machine`` once started (raises SimulationError when it does not fit)."""

@@ -87,6 +87,8 @@ class ServedRequests:
         the GPU alone, its GPU seconds then being its ``decode_s``). A request not served has no tokens, prefill or
         decode figures (zero) and no TTFT; its wait lasted until it ended."""
         n = len(table)
+        unknown = set(sums) - {q.name for q in STEP_SUMS}
+        assert not unknown, f"not quantities an engine sums: {sorted(unknown)}"
         served = np.array([e in SERVED_ENDS for e in tl.end], dtype=bool)
         cols: dict[str, np.ndarray] = {}
         for q in STEP_SUMS:

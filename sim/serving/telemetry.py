@@ -54,7 +54,8 @@ LENGTHS = (
     _q("decode_gpu_s", "float", "s", "GPU seconds of its decode (decode_s when it had the GPU alone)"),
 )
 STEP_SUMS = (
-    _q("decode_s", "float", "s", "its decode: GPU seconds alone on the GPU, wall seconds when it shared it"),
+    _q("decode_s", "float", "s", "its decode: GPU seconds alone on the GPU, wall seconds when it shared it; the "
+       "steps after its prefill (an engine whose first token comes with the prefill: from that token on)"),
     _q("compute_s", "float", "s", "GPU computing"),
     _q("stall_s", "float", "s", "GPU waiting for expert reads over PCIe or for peer GPUs"),
     _q("eager_s", "float", "s", "eager-step overhead, off the fused GPU path"),

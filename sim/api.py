@@ -8,7 +8,7 @@
     run.metrics["decode_tok_s"]
     run.requests.groupby("end")["ttft_s"].median()                     # a new DataFrame at every access
 
-A :class:`Scenario` is immutable: :meth:`Scenario.set` returns a new one, validated at once (a bad value raises
+A :class:`Scenario` does not change: :meth:`Scenario.set` returns a new one, validated at once (a bad value raises
 :class:`sim.ScenarioError` with the one-line message the command line prints). Values are applied exactly as
 ``--set`` applies them: after the scenario's own values and its calibration files, in order, creating entries of
 named maps where the path names one.

@@ -391,7 +391,7 @@ def validate(scenario: str | None, tables: tuple[str, ...], root: str, groups: t
              as_json: bool) -> None:
     """Every shipped measured table against its scenario, or SCENARIO's own tables: measured, simulated, error and
     tolerance per cell. Exits 1 when any claimed cell is outside its tolerance."""
-    from sim.calibration.validate import NOT_CHECKED, scenario_cells
+    from sim.calibration.validate import NOT_CHECKED, scenario_cells, scenario_tables
     from sim.calibration.validate import validate as run_validate
     from sim.core.output import dumps
 
@@ -403,18 +403,8 @@ def validate(scenario: str | None, tables: tuple[str, ...], root: str, groups: t
     else:
         if groups:
             raise click.UsageError("--only picks groups of the shipped tables: give it without SCENARIO")
-        from sim.config.load import read_calibrate
-
-        declared = read_calibrate(scenario).tables
-        found = list(tables) or [p for name in declared if os.path.isfile(p := os.path.join(root, "calibration",
-                                                                                              name))]
-        if not found:
-            raise ScenarioError(scenario, "calibrate.tables", "a measured table to check: give --table FILE (one the "
-                                f"scenario maps: {', '.join(declared) or 'it maps none'})")
+        found, not_checked = scenario_tables(scenario, list(tables), root)
         cells = scenario_cells(scenario, found)
-        given = {os.path.basename(p) for p in found}
-        not_checked = {name: "not given (--table)" if tables else f"no file {os.path.join(root, 'calibration', name)}"
-                       for name in declared if name not in given}
     outside = [c for c in cells if c.status == "OUTSIDE"]
     if as_json:
         click.echo(dumps({"cells": [c.as_dict() for c in cells], "outside": len(outside),

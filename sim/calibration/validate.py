@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.core.errors import ScenarioError
 from sim.core.tables import read_measured
 from sim.core.units import GB, GIB
 
@@ -77,6 +78,22 @@ def declared_cells(root: str, scenario_file: str) -> list[Cell]:
 
     path = os.path.join(root, "scenarios", scenario_file)
     return scenario_cells(path, [os.path.join(root, "calibration", name) for name in read_calibrate(path).tables])
+
+
+def scenario_tables(path: str, given: list[str], root: str) -> tuple[list[str], dict[str, str]]:
+    """The tables to check of those a scenario maps under ``calibrate.tables``: ``given`` ones, else those found in
+    ``root/calibration/``; and why each other mapped table is not checked. A scenario with none to check is a
+    one-line error."""
+    from sim.config.load import read_calibrate
+
+    declared = read_calibrate(path).tables
+    found = given or [p for name in declared if os.path.isfile(p := os.path.join(root, "calibration", name))]
+    if not found:
+        raise ScenarioError(path, "calibrate.tables", "a measured table to check: give --table FILE (one the scenario "
+                            f"maps: {', '.join(declared) or 'it maps none'})")
+    names = {os.path.basename(p) for p in found}
+    why = "not given (--table)" if given else "no file {}"
+    return found, {name: why.format(os.path.join(root, "calibration", name)) for name in declared if name not in names}
 
 
 def scenario_cells(path: str, tables: list[str]) -> list[Cell]:

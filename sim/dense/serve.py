@@ -33,9 +33,10 @@ def _serve_table(setup: DenseSetup, table: RequestTable, max_tokens: int | None,
                 telemetry={"decode_s": np.zeros(n)})
     server = partial(DenseServer, setup=setup, prompt=table.prompt_tokens, cached=table.cached_tokens, exact=exact)
     tl, eng = run_queue(table, work, spec, rng, server)
-    sums = {"decode_s": work.telemetry["decode_s"], "compute_s": np.asarray(eng.share_s)}
+    share = np.asarray(eng.share_s)  # GPU seconds: each iteration's time divided among its sequences
+    sums = {"decode_s": work.telemetry["decode_s"], "compute_s": share}
     requests = ServedRequests.of_run(table, tl, output_tokens=out, prefill_s=np.asarray(eng.prefill_s), sums=sums,
-                                     decode_gpu_s=np.asarray(eng.share_s))
+                                     decode_gpu_s=share)
     return ServeRun(setup, requests, tl, dict(eng.stats))
 
 

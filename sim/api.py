@@ -123,14 +123,14 @@ class Run:
         found = tables(self.result)
         if name not in found:
             raise KeyError(f"no table {name!r}: this run has {', '.join(found)}")
-        return pd.DataFrame(list(found[name]))
+        return pd.DataFrame(list(found[name].rows), columns=list(found[name].columns))
 
     def tables(self) -> dict[str, Any]:
         """Every table of ``sim run --out``, as DataFrames."""
         import pandas as pd
 
-        return {name: self.requests if name == "requests" else pd.DataFrame(list(rows))
-                for name, rows in tables(self.result).items()}
+        return {name: self.requests if name == "requests" else pd.DataFrame(list(t.rows), columns=list(t.columns))
+                for name, t in tables(self.result).items()}
 
     @property
     def requests(self):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +10,7 @@ import numpy as np
 
 from sim.config.links import link_info
 from sim.config.scenario import Scenario
+from sim.core.output import Table
 from sim.engines import kind_for
 from sim.lab.jobs import JobRecord, run_jobs
 from sim.lab.probes import ProbeReport, link_metrics, probe_machine, probe_metrics
@@ -125,8 +125,16 @@ def summary(res: RunResult, scenario_file: str) -> dict:
     return out
 
 
-def tables(res: RunResult) -> dict[str, Iterable[dict]]:
-    """Tidy tables of the run; ``requests`` is an iterator (it streams to disk)."""
+LOADS = ("machine", "model", "gb", "fits", "cold_gbps", "hot_gbps", "link_gbps", "disk_s_per_gb", "other_s_per_gb")
+LOAD_STAGES = ("machine", "phase", "stage", "seconds", "wall_s")
+LINKS = ("machine", "gpu", "card_max", "slot", "negotiated", "paper_gbps", "efficiency", "gbps", "measured")
+JOBS = ("id", "model", "tokens", "arrival_s", "machine", "tie", "reason", "predicted_s", "completed_s", "wait_s",
+        "load_s", "decode_s", "decode_tok_s", "spilled_gib")
+ESTIMATES = ("job", "machine", "eligible", "wait_s", "load_s", "decode_s", "total_s", "chosen", "why_not")
+
+
+def tables(res: RunResult) -> dict[str, Table]:
+    """Tidy tables of the run, each with its columns (a header even with no rows); ``requests`` streams to disk."""
     loads, stages, estimates, jobs = [], [], [], []
     for p in res.probes:
         row = {"machine": p.machine, "model": p.model, "gb": p.gb, "fits": p.fits,
@@ -145,7 +153,7 @@ def tables(res: RunResult) -> dict[str, Iterable[dict]]:
                               "load_s": e.load_s, "decode_s": e.decode_s, "total_s": e.total_s if e.eligible else None,
                               "chosen": e.machine == j.machine, "why_not": e.why_not})
         d = job_dict(j)
-        jobs.append({k: v for k, v in d.items() if not isinstance(v, dict) and not isinstance(v, list)})
+        jobs.append({k: d[k] for k in JOBS})
     links = []
     for name, m in res.scenario.machines.items():
         for g in m.gpus:
@@ -154,7 +162,8 @@ def tables(res: RunResult) -> dict[str, Iterable[dict]]:
                           "slot": f"Gen{li.slot_gen} x{li.slot_lanes}", "negotiated": f"Gen{li.gen} x{li.lanes}",
                           "paper_gbps": li.paper_gbps, "efficiency": li.efficiency, "gbps": li.gbps,
                           "measured": li.measured})
-    out = {"loads": loads, "load_stages": stages, "links": links, "jobs": jobs, "estimates": estimates}
+    out = {"loads": Table(LOADS, loads), "load_stages": Table(LOAD_STAGES, stages), "links": Table(LINKS, links),
+           "jobs": Table(JOBS, jobs), "estimates": Table(ESTIMATES, estimates)}
     if res.kind is not None and res.serving is not None:
         out |= res.kind.tables(res.serving)
     return out

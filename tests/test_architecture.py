@@ -20,7 +20,7 @@ LAYERS = [
     ["sim.moe", "sim.dense"],  # the engine kinds
     ["sim.engines"],  # which kind serves a scenario
     ["sim.runner"],  # one run: loads, jobs, the served workload
-    ["sim.report", "sim.calibration"],  # its text; fitting, validating, error bars
+    ["sim.report", "sim.calibration", "sim.compare"],  # its text; fitting, validating, error bars; differences
     ["sim.sweeps", "sim.viz"],  # many runs; figures
     ["sim.api", "sim"],  # the Python API
     ["sim.cli"],  # the command line

@@ -70,12 +70,12 @@ def test_calibrate_recovers_known_parameters_and_flags_what_it_cannot_see(synthe
 def test_calibrate_cli_writes_calibration_report_and_plot_and_uncertainty_samples_it(synthetic):
     folder, scenario, table = synthetic
     out = folder / "fit.yaml"
-    r = CliRunner().invoke(main, ["calibrate", "--scenario", scenario, "--table", table, "--out", str(out)])
+    r = CliRunner().invoke(main, ["calibrate", scenario, "--table", table, "--out", str(out)])
     assert r.exit_code == 0, r.output
     cal = yaml.safe_load(out.read_text())
     assert len(cal["log_cov"]) == 3 and (folder / "fit_report.md").exists() and (folder / "fit_plot.png").exists()
     assert cal["fitted"] == list(cal["parameters"]) and set(cal["bounds"]) == set(cal["fitted"])
-    assert "sim calibrate --scenario" in out.read_text().splitlines()[1]
+    assert "sim calibrate " in out.read_text().splitlines()[1]
     # the scenario then uses the calibration; --uncertainty draws from its covariance
     fitted = write_scenario(folder, 1e-3, 500.0, calibrations=["fit.yaml"])
     raw = yaml.safe_load(open(fitted))
@@ -260,7 +260,7 @@ def test_table_map_mistakes_are_one_line_errors(tables, tmp_path, change, match)
 def test_a_missing_quantity_names_the_table_and_the_quantity(tables, tmp_path):
     folder, _, paths = tables
     q = write_csv(tmp_path / "q.csv", "quantity,value,unit", ["decode,10,tok/s", "slots,312,slots"])
-    r = CliRunner().invoke(main, ["calibrate", "--scenario", table_scenario(tmp_path, 1e-3), "--table", q,
+    r = CliRunner().invoke(main, ["calibrate", table_scenario(tmp_path, 1e-3), "--table", q,
                                   "--out", str(tmp_path / "o.yaml")])
     assert r.exit_code == 2 and "q.csv: speedup: missing" in r.output and len(r.output.strip().splitlines()) == 1
 
@@ -385,7 +385,7 @@ def test_table_map_and_input_mistakes_found_before_any_fit(tables, tmp_path):
         calibrate(far, [], paths, max_evals=0, starts=0)
     blocker = tmp_path / "afile"
     blocker.write_text("")
-    r = CliRunner().invoke(main, ["calibrate", "--scenario", scenario, "--table", paths[0], "--out",
+    r = CliRunner().invoke(main, ["calibrate", scenario, "--table", paths[0], "--out",
                                   str(blocker / "fit.yaml")])
     assert r.exit_code == 2 and "--out" in r.output and len(r.output.strip().splitlines()) == 1
 

@@ -200,7 +200,7 @@ def test_cli_logs_summary_csv_and_json(tmp_path):
     log = tmp_path / "mixed.log"
     log.write_text(BASALT + "\nnot a log line\n\x00\xff garbage\n")
     r = CliRunner().invoke(main, ["logs", str(log)])
-    assert r.exit_code == 0 and "1 rows" in r.output and "2 not understood" in r.output
+    assert r.exit_code == 0 and "1 row," in r.output and "2 not understood" in r.output
     r = CliRunner().invoke(main, ["logs", str(log), "--json"])
     data = json.loads(r.output)
     assert data["rows"][0]["decode_tok_s"] == 490.4 and data["not_understood"] == 2

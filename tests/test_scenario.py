@@ -192,7 +192,8 @@ def test_schema_does_not_require_calibrated_values():
 
 @pytest.mark.parametrize("override, words", [
     ("jobs.long_with_load.tokens=true", "not the boolean"),
-    ("machines.rtx4090_box.page_cache_gib=yes", "not the boolean"),
+    ("machines.rtx4090_box.page_cache_gib=true", "not the boolean"),
+    ("machines.rtx4090_box.page_cache_gib=yes", "bad value 'yes'"),  # YAML 1.2: yes is text
     ("models.v1.5.weights_gib=3", "no key '5'"),
     ("loading.chunk_mib=1.5", None),
     ("models.9B.weights_gib=30000", "at most 100,000 chunks"),

@@ -29,8 +29,9 @@ def header_command(name: str) -> list[str]:
 
 
 def options(args: list[str]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for flag, value in zip(args[2::2], args[3::2], strict=True):
+    """``sim calibrate SCENARIO --flag value ...`` as {flag: values}, the scenario under "scenario"."""
+    out: dict[str, list[str]] = {"scenario": [args[2]]}
+    for flag, value in zip(args[3::2], args[4::2], strict=True):
         out.setdefault(flag, []).append(value)
     return out
 
@@ -48,7 +49,7 @@ def test_the_readme_gives_the_command_that_wrote_each_calibration(name):
 def test_each_shipped_calibration_is_what_the_code_simulates_at_its_values(name, monkeypatch):
     monkeypatch.chdir(ROOT)  # the command's paths are from the project root
     opts = options(header_command(name))
-    scenario, out = opts["--scenario"][0], opts["--out"][0]
+    scenario, out = opts["scenario"][0], opts["--out"][0]
     seed = int(opts.get("--seed", ["0"])[0])
     cal_file = yaml.safe_load(open(out, encoding="utf-8"))
     cal = read_calibrate(scenario)

@@ -117,4 +117,4 @@ def test_sim_run_json_contract_and_requests_csv(tmp_path):
 def test_sim_run_text_names_the_cache_and_the_buckets():
     r = CliRunner().invoke(main, ["run", GEN3, "--set", "serve.requests=20"], catch_exceptions=False)
     assert r.exit_code == 0
-    assert "expert cache 578" in r.stdout and "coverage 23.5%" in r.stdout and "pcie_spill" in r.stdout
+    assert "expert cache 5,78" in r.stdout and "coverage 23.5%" in r.stdout and "pcie_spill" in r.stdout

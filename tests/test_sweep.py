@@ -313,7 +313,7 @@ def test_points_that_cannot_run_are_rows_with_a_reason(tmp_path):
     assert frame["error"][0] == "" and "needs 20.0 GiB" in frame["error"][1]
     r = invoke("sweep", HOME_LAB, "--axis", "gpus.rtx4090.vram_gib=24,4", "--set", "gpus.mining_card.vram_gib=2",
                "--set", "machines.mac.unified_memory_gib=4", "--set", ONE_JOB, "--out", str(tmp_path / "o"), "--quiet")
-    assert r.exit_code == 0 and "1 runs cannot be simulated" in r.stderr and "2 from earlier runs" in r.stdout
+    assert r.exit_code == 0 and "1 run cannot be simulated" in r.stderr and "2 from earlier runs" in r.stdout
 
 
 def test_uncertainty_draws_are_common_to_every_point(tmp_path):
@@ -421,15 +421,24 @@ def test_bad_dask_addresses_are_one_line(tmp_path, address, words):
     assert not (tmp_path / "o").exists()  # refused before anything was written
 
 
-def test_progress_reports_rate_and_eta():
-    import io
+def test_progress_shows_runs_done_reused_and_rate_on_stderr_only(tmp_path, capsys):
+    from sim.core.progress import set_enabled
 
-    from sim.sweeps.run import Progress
-
-    buf = io.StringIO()
-    p = Progress(10, 4, False, stream=buf)
-    p.update(3, final=True)
-    assert "7/10 runs (4 from earlier runs)" in buf.getvalue() and "runs/s, ETA" in buf.getvalue()
+    out = str(tmp_path / "o")
+    run_sweep(build_plan(HOME_LAB, ["jobs.long_with_load.tokens=1000,2000"], False, None, None, []), out, 0,
+              quiet=True)
+    set_enabled(True)  # as on a terminal
+    try:
+        run_sweep(build_plan(HOME_LAB, ["jobs.long_with_load.tokens=1000,2000,3000"], False, None, None, []), out, 0,
+                  quiet=True)
+        assert capsys.readouterr() == ("", "")  # the sweep's own --quiet
+        run_sweep(build_plan(HOME_LAB, ["jobs.long_with_load.tokens=1000..4000:1000"], False, None, None, []), out,
+                  0)
+    finally:
+        set_enabled(None)
+    stdout, stderr = capsys.readouterr()
+    assert stdout == "" and "sweep" in stderr and "4/4" in stderr and "3 from earlier runs" in stderr
+    assert "run/s" in stderr
 
 
 def test_mixed_axis_values_are_one_text_column_in_every_table(tmp_path):

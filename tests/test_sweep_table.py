@@ -1,24 +1,20 @@
-"""The sweep's tables written without pandas (sim.sweeps.table) are the tables pandas writes: results.csv byte for
-byte, results.parquet read back by pandas as an equal frame (dtypes included) with the same Arrow schema; rows the
-pandas-free writer does not type go through pandas."""
+"""A sweep's two tables are one frame (``results_frame``) written by the libraries: results.parquet by pyarrow, read
+back by pandas as an equal frame (dtypes included) with no pandas metadata, and results.csv by pandas."""
 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import HOME_LAB, ROOT
+from conftest import HOME_LAB
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.sweeps.results import results_columns, results_frame
+from sim.sweeps.results import _write_parquet, results_frame
 from sim.sweeps.spec import Axis
-from sim.sweeps.table import csv_text, write_parquet
 
 
 def _axis(name, values):
@@ -41,23 +37,20 @@ def _rows(axes: list[Axis], points: list[int], metrics: list[dict], params: list
     return rows
 
 
-def assert_same_tables(rows: list[dict], axes: list[Axis], tmp_path) -> bool:
-    """The pandas-free tables of ``rows`` equal pandas' (False when the pandas-free writer hands them to pandas)."""
-    columns = results_columns(rows, axes)
-    if columns is None:
-        return False
+def assert_same_tables(rows: list[dict], axes: list[Axis], tmp_path) -> None:
+    """The Parquet file of ``rows`` reads back as their frame, exactly, with the Arrow schema pandas gives it."""
     frame = results_frame(rows, axes)
-    assert csv_text(columns) == frame.to_csv(index=False, lineterminator="\n")
-    ref, new = tmp_path / "ref.parquet", tmp_path / "new.parquet"
+    path = tmp_path / "r.parquet"
+    _write_parquet(frame, str(path))
+    back = pd.read_parquet(path)
+    pd.testing.assert_frame_equal(back, frame, check_exact=True, check_column_type=len(frame.columns) > 0,
+                                  check_index_type=True)
+    table = pq.read_table(path)
+    table.validate(full=True)
+    assert table.schema.metadata is None  # written as is: no pandas schema metadata
+    ref = tmp_path / "ref.parquet"
     frame.to_parquet(ref, index=False, engine="pyarrow")
-    write_parquet(columns, str(new))
-    pd.testing.assert_frame_equal(pd.read_parquet(new), pd.read_parquet(ref), check_exact=True,
-                                  check_column_type=True, check_index_type=True)
-    ref_table, new_table = pq.read_table(ref), pq.read_table(new)
-    new_table.validate(full=True)
-    assert new_table.schema.equals(ref_table.schema.remove_metadata())
-    assert new_table.equals(ref_table.replace_schema_metadata(None))  # nulls where pandas has them, too
-    return True
+    assert table.equals(pq.read_table(ref).replace_schema_metadata(None))  # nulls where pandas writes them
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
@@ -77,7 +70,7 @@ axis_values = st.one_of(st.lists(whole, min_size=1, max_size=4),
 @pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
-def test_pandas_free_tables_equal_pandas_tables(data, tmp_path_factory):
+def test_the_parquet_file_is_the_frame(data, tmp_path_factory):
     axes = [_axis(f"a{i}.x", data.draw(axis_values)) for i in range(data.draw(st.integers(0, 3)))]
     n = data.draw(st.integers(1, 6))
     names = data.draw(st.lists(st.sampled_from(["m.b", "m.a", "a0.x", "seed", "z", "key"]), unique=True, max_size=5))
@@ -86,34 +79,35 @@ def test_pandas_free_tables_equal_pandas_tables(data, tmp_path_factory):
         st.booleans()) else None
     points = data.draw(st.lists(st.integers(0, 8), min_size=n, max_size=n))
     rows = _rows(axes, points, metrics, params)
-    assert assert_same_tables(rows, axes, tmp_path_factory.mktemp("t"))  # and typed without pandas
+    assert_same_tables(rows, axes, tmp_path_factory.mktemp("t"))
 
 
-def test_the_empty_table_and_untyped_values(tmp_path):
-    assert assert_same_tables([], [_axis("a", [1, 2])], tmp_path)
-    # None in an axis (the frame turns it into NaN), text in a metric: left to pandas
-    none_axis = _axis("a", [None, "x"])
-    assert results_columns(_rows([none_axis], [0, 1], [{"m": 1.0}, {"m": 2.0}]), [none_axis]) is None
-    axis = _axis("a", [1, 2])
-    assert results_columns(_rows([axis], [0, 1], [{"m": "1.5"}, {"m": 2.0}]), [axis]) is None
+def test_the_empty_table_and_values_pandas_types(tmp_path):
+    assert_same_tables([], [_axis("a", [1, 2])], tmp_path)
+    none_axis = _axis("a", [None, "x"])  # None in an axis (JSON text: null), text in a metric
+    assert_same_tables(_rows([none_axis], [0, 1], [{"m": 1.0}, {"m": 2.0}]), [none_axis], tmp_path)
 
 
-@pytest.mark.slow
-def test_a_sweep_imports_no_pandas(tmp_path):
-    code = ("import sys\nfrom sim.cli import main\n"
-            f"sys.argv = ['sim', 'sweep', {HOME_LAB!r}, '--axis', 'jobs.long_with_load.tokens=1000,2000', "
-            f"'--workers', '1', '--quiet', '--out', {str(tmp_path / 'o')!r}]\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "assert 'pandas' not in sys.modules, 'pandas imported'\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+def test_a_sweeps_two_tables_hold_the_same_frame(tmp_path):
+    from sim.sweeps.run import run_sweep
+    from sim.sweeps.spec import build_plan
+
+    plan = build_plan(HOME_LAB, ["jobs.long_with_load.tokens=1000,2000", "machines.rtx4090_box.note=x,1"], False,
+                      None, None, [])
+    run_sweep(plan, str(tmp_path / "o"), 0, quiet=True)
     frame = pd.read_parquet(tmp_path / "o" / "results.parquet")
-    assert list(frame["jobs.long_with_load.tokens"]) == [1000, 2000] and frame["key"].dtype == frame["error"].dtype
+    csv = (tmp_path / "o" / "results.csv").read_text()
+    assert csv == frame.to_csv(index=False, lineterminator="\n")  # what pandas writes of what pyarrow wrote
+    assert list(frame["jobs.long_with_load.tokens"]) == [1000, 1000, 2000, 2000]
+    assert list(frame["machines.rtx4090_box.note"]) == ['"x"', "1", '"x"', "1"]
+    metrics = list(frame.columns[list(frame.columns).index("error") + 1:])
+    assert metrics and all(frame[c].dtype == np.float64 for c in metrics) and frame["key"].dtype == frame["error"].dtype
+    assert pq.read_schema(tmp_path / "o" / "results.parquet").metadata is None  # pyarrow's table, written as is
 
 
 @pytest.mark.parametrize("values", [[1, 2.5], ["lru", "lfu"], [True, 1], [[1, 2], "x"]])
 def test_axis_columns_as_pandas_types_them(values, tmp_path):
     axis = _axis("a", values)
     rows = _rows([axis], list(range(len(values))), [{"m": 1.0}] * len(values))
-    assert assert_same_tables(rows, [axis], tmp_path)
-    assert assert_same_tables(rows[:1], [axis], tmp_path)  # a partial table: only the values done so far
+    assert_same_tables(rows, [axis], tmp_path)
+    assert_same_tables(rows[:1], [axis], tmp_path)  # a partial table: only the values done so far

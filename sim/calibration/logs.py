@@ -27,6 +27,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from sim.core.text import plural
+
 ROW_FIELDS = ("engine", "line", "prompt_tokens", "cached_tokens", "prefill_s", "prefill_tok_s", "output_tokens",
               "decode_s", "decode_tok_s", "ttft_s", "acceptance", "expert_hit_rate", "pcie_share", "end_reason",
               "prompt_throughput_tok_s", "generation_throughput_tok_s", "running", "waiting", "kv_usage",
@@ -313,12 +315,14 @@ def read_logs(sources: Iterable[tuple[str, Iterable[str]]]) -> LogTable:
 
 
 def summary_lines(t: LogTable) -> list[str]:
-    out = [f"{t.lines} lines: {len(t.rows)} rows, {len(t.facts)} start-up facts, {t.not_understood} not understood"
-           + (f", {t.incomplete} incomplete request summaries" if t.incomplete else "")]
+    out = [f"{plural(t.lines, 'line')}: {plural(len(t.rows), 'row')}, {plural(len(t.facts), 'start-up fact')}, "
+           f"{t.not_understood:,} not understood"
+           + (f", {plural(t.incomplete, 'incomplete request summary', 'incomplete request summaries')}"
+              if t.incomplete else "")]
     engines = sorted({r["engine"] for r in t.rows})
     for e in engines:
         rows = [r for r in t.rows if r["engine"] == e]
-        parts = [f"{len(rows)} {e} rows"]
+        parts = [f"{len(rows):,} {e} {'row' if len(rows) == 1 else 'rows'}"]
         for key, label, scale in (("prefill_tok_s", "prefill tok/s", 1), ("decode_tok_s", "decode tok/s", 1),
                                   ("ttft_s", "TTFT s", 1), ("acceptance", "acceptance %", 100),
                                   ("expert_hit_rate", "hit %", 100), ("pcie_share", "pcie %", 100),

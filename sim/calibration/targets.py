@@ -30,7 +30,7 @@ from sim.config.calibrate import Calibrate, CellSpec, TableMap
 from sim.config.load import load_scenario
 from sim.config.scenario import Scenario
 from sim.config.yaml_io import read_yaml
-from sim.core.errors import ScenarioError
+from sim.core.errors import ScenarioError, combined, each_error
 from sim.core.tables import read_measured
 from sim.serving.served import ServedRequests
 
@@ -307,7 +307,8 @@ def run_experiments(targets: list[Target], params: list[str], seed: int, exclude
             try:
                 scn: Scenario = load_scenario(exp.scenario, sets)[0]
             except ScenarioError as exc:  # a value a table row, a variant or the fit gave: say which cell needed it
-                raise ScenarioError(exc.source, exc.path, f"{exc.problem} (simulating {t.name})") from None
+                raise combined([ScenarioError(e.source, e.path, f"{e.problem} (simulating {t.name})")
+                                for e in each_error(exc)]) from None
             if scn.serve is None:
                 raise ScenarioError(exp.scenario, "serve", "a serve section: the measured tables are simulated "
                                     "by serving requests")

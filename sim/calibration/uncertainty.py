@@ -19,6 +19,7 @@ from sim.config.load import load_scenario, override_path
 from sim.config.paths import number_at
 from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
+from sim.core.progress import progress
 
 
 def _matrix(cal_path: str, value, k: int) -> np.ndarray:
@@ -145,18 +146,37 @@ def interval(values: list[float]) -> dict[str, float]:
     return {"median": q["median"], "p5": q["p5"], "p95": q["p95"]}
 
 
+def _interrupted(draws: int, done: int) -> dict:
+    """What a result says when Ctrl-C stopped it after ``done`` of ``draws`` draws (nothing when all were done)."""
+    return {} if done == draws else {"draws_done": done, "interrupted": True}
+
+
 def run_with_uncertainty(path: str, overrides: list[str], draws: int, seed: int) -> dict:
+    """Every metric as a median and 90% interval over ``draws`` runs, each with its parameter draw and its own seed
+    (``seed + k``): ``{"draws", "parameters", "held", "metrics": {NAME: {median, p5, p95}}}``. Ctrl-C
+    (KeyboardInterrupt) stops it: the summary is over the draws finished, with ``"draws_done": k, "interrupted":
+    true`` added (Ctrl-C before the first draw finished propagates)."""
     from sim.runner import run as run_scenario
 
     names, held, draw_sets = parameter_draws(path, overrides, draws, seed)
     samples: dict[str, list[float]] = {}
-    for k, sets in enumerate(draw_sets):
-        scn, _ = load_scenario(path, sets)
-        res = run_scenario(scn, seed + k)
-        for key, value in res.metrics.items():
-            samples.setdefault(key, []).append(value)
-    out = {key: interval(values) for key, values in samples.items() if len(values) == draws}
-    return {"draws": draws, "parameters": names, "held": held, "metrics": out}
+    done = 0
+    with progress(draws, "uncertainty", unit="draw") as bar:
+        try:
+            for k, sets in enumerate(draw_sets):
+                scn, _ = load_scenario(path, sets)
+                res = run_scenario(scn, seed + k)
+                for key, value in res.metrics.items():
+                    samples.setdefault(key, []).append(value)
+                done += 1
+                bar.update()
+        except KeyboardInterrupt:
+            if done == 0:
+                raise
+            for values in samples.values():  # a draw cut short in the middle of its metrics (never, but cheap)
+                del values[done:]
+    out = {key: interval(values) for key, values in samples.items() if len(values) == done}
+    return {"draws": draws, "parameters": names, "held": held, "metrics": out, **_interrupted(draws, done)}
 
 
 def breakeven_with_uncertainty(path: str, overrides: list[str], model: str, a: str, b: str, draws: int,
@@ -166,21 +186,30 @@ def breakeven_with_uncertainty(path: str, overrides: list[str], model: str, a: s
     the machines never break even. The clear win is that of the machine that decodes faster at the scenario's own
     values (``clear_win_machine``): from how many tokens it wins clearly, never in a draw where it does not. The
     break-even divides a load-time difference by a difference of reciprocal decode rates, so scatter in single-sample
-    rates moves it far."""
+    rates moves it far. Ctrl-C (KeyboardInterrupt) stops it: the summary is over the draws finished, with
+    ``"draws_done": k, "interrupted": true`` added (Ctrl-C before the first draw finished propagates)."""
     from sim.lab.breakeven import breakeven
 
     names, held, draw_sets = parameter_draws(path, overrides, draws, seed)
     fast = breakeven(load_scenario(path, overrides)[0], model, a, b, seed)["faster_decoder"] or a
-    cross, clear, faster = [], [], []
-    for k, sets in enumerate(draw_sets):
-        scn, _ = load_scenario(path, sets)
-        r = breakeven(scn, model, a, b, seed + k)
-        region = r["clear_win"][fast]
-        cross.append(r["breakeven_tokens"])
-        clear.append(region[0] if region is not None and math.isinf(region[1]) else math.inf)
-        faster.append(r["faster_decoder"])
+    found: list[tuple[float, float, str | None]] = []  # per draw: break-even, clear win from, faster decoder
+    with progress(draws, "breakeven uncertainty", unit="draw") as bar:
+        try:
+            for k, sets in enumerate(draw_sets):
+                scn, _ = load_scenario(path, sets)
+                r = breakeven(scn, model, a, b, seed + k)
+                region = r["clear_win"][fast]
+                found.append((r["breakeven_tokens"], region[0] if region is not None and math.isinf(region[1])
+                              else math.inf, r["faster_decoder"]))
+                bar.update()
+        except KeyboardInterrupt:
+            if not found:
+                raise
+    cross, clear = [f[0] for f in found], [f[1] for f in found]
+    faster = [f[2] for f in found]
     return {"draws": draws, "parameters": names, "held": held,
             "breakeven_tokens": interval(cross) | {"never_share": float(np.mean(np.isinf(cross)))},
             "clear_win_machine": fast,
             "clear_win_tokens": interval(clear) | {"never_share": float(np.mean(np.isinf(clear)))},
-            "faster_decoder_share": {m: float(np.mean([f == m for f in faster])) for m in (a, b)}}
+            "faster_decoder_share": {m: float(np.mean([f == m for f in faster])) for m in (a, b)},
+            **_interrupted(draws, len(faster))}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.core.errors import ScenarioError
+from sim.core.progress import progress
 from sim.core.tables import read_measured
 from sim.core.units import GB, GIB
 
@@ -56,18 +57,23 @@ def loading_cells(root: str) -> list[Cell]:
 
     scn, _ = load_scenario(os.path.join(root, "scenarios", "home_lab.yaml"))
     cells = []
-    for name in ("loading_stages.csv", "loading_mac_sample.csv"):
-        for row in read_measured(os.path.join(root, "calibration", name))[1]:
-            gib = float(row["file_gb"]) * GB / GIB if row.get("file_gb") else None
-            rep = probe_machine(scn, row["machine"], "9B", gib)
-            for key, got in (("cold_gbps", rep.cold.gbps), ("hot_gbps", rep.hot.gbps),
-                             ("link_gbps", rep.link.gbps if rep.link else None)):
-                if row.get(key) and got is not None:
-                    cells.append(Cell(name, f"{row['machine']}.{key}", float(row[key]), got, 0.02))
-    gen1, _ = load_scenario(os.path.join(root, "scenarios", "home_lab.yaml"),
-                            [f"machines.mining_box.gpus.card{i}.negotiated_gen=1" for i in range(3)])
-    cells.append(Cell("pcie_links.csv", "mining card Gen1 x4 measured_load_link (unseen by the fit)", 0.85,
-                      probe_machine(gen1, "mining_box", "9B").link.gbps, 0.02))
+    tables = {name: read_measured(os.path.join(root, "calibration", name))[1]
+              for name in ("loading_stages.csv", "loading_mac_sample.csv")}
+    with progress(sum(map(len, tables.values())) + 1, "validate loading", unit="probe") as bar:
+        for name, rows in tables.items():
+            for row in rows:
+                gib = float(row["file_gb"]) * GB / GIB if row.get("file_gb") else None
+                rep = probe_machine(scn, row["machine"], "9B", gib)
+                for key, got in (("cold_gbps", rep.cold.gbps), ("hot_gbps", rep.hot.gbps),
+                                 ("link_gbps", rep.link.gbps if rep.link else None)):
+                    if row.get(key) and got is not None:
+                        cells.append(Cell(name, f"{row['machine']}.{key}", float(row[key]), got, 0.02))
+                bar.update()
+        gen1, _ = load_scenario(os.path.join(root, "scenarios", "home_lab.yaml"),
+                                [f"machines.mining_box.gpus.card{i}.negotiated_gen=1" for i in range(3)])
+        cells.append(Cell("pcie_links.csv", "mining card Gen1 x4 measured_load_link (unseen by the fit)", 0.85,
+                          probe_machine(gen1, "mining_box", "9B").link.gbps, 0.02))
+        bar.update()
     return cells
 
 
@@ -99,13 +105,13 @@ def scenario_tables(path: str, given: list[str], root: str) -> tuple[list[str], 
 def scenario_cells(path: str, tables: list[str]) -> list[Cell]:
     """Every cell of ``tables`` (each one the scenario maps under ``calibrate.tables``, by its file name), simulated as
     ``sim calibrate`` simulates them, at the scenario's calibration: any scenario, any engine kind."""
-    from sim.calibration.targets import TargetBuilder, check_metrics, run_experiments, simulated
+    from sim.calibration.targets import TargetBuilder, check_metrics, simulated
     from sim.config.load import load_scenario
 
     cal = load_scenario(path)[0].calibrate
     builder = TargetBuilder(path, cal, path)
     targets = [t for table in tables for t in builder.table(table)]
-    runs = run_experiments(targets, [], SEED, None)
+    runs = _run_experiments(targets, f"validate {os.path.basename(path)}")
     check_metrics(targets, runs)
     cells = []
     for t in targets:
@@ -115,6 +121,24 @@ def scenario_cells(path: str, tables: list[str]) -> list[Cell]:
                           tolerance=t.tolerance, kind=kind, info=t.note if t.role == "unclaimed" else "", lo=t.lo,
                           hi=t.hi))
     return cells
+
+
+def _run_experiments(targets: list, desc: str):
+    """``run_experiments(targets, [], SEED, None)``, one target's new experiments at a time, counted on a progress
+    bar: the same simulations in the same order (each experiment has its own random stream)."""
+    from dataclasses import replace
+
+    from sim.calibration.targets import Runs, run_experiments
+
+    runs = Runs()
+    with progress(len({e.key for t in targets for e in t.experiments}), desc, unit="sim") as bar:
+        for t in targets:
+            todo = tuple(e for e in t.experiments if e.key not in runs.results)
+            if todo:
+                done = run_experiments([replace(t, experiments=todo)], [], SEED, None).results
+                runs.results.update(done)
+                bar.update(len(done))
+    return runs
 
 
 GROUPS = {"loading": loading_cells,

@@ -21,7 +21,7 @@ from sim.config.messages import format_validation_error, short
 from sim.config.paths import get_dotted, parse_set, set_dotted
 from sim.config.scenario import Scenario
 from sim.config.yaml_io import read_yaml
-from sim.core.errors import ScenarioError
+from sim.core.errors import ScenarioError, combined, each_error
 
 
 class _CalibrateOnly(Strict):
@@ -35,7 +35,7 @@ def read_calibrate(path: str) -> Calibrate:
     try:
         return _CalibrateOnly.model_validate({"calibrate": section or {}}).calibrate
     except ValidationError as exc:
-        raise format_validation_error(path, exc) from None
+        raise format_validation_error(path, exc, {"calibrate": section or {}}) from None
 
 
 @dataclass
@@ -111,7 +111,7 @@ def load_scenario(path: str, overrides: Iterable[Override] = ()) -> tuple[Scenar
     try:
         return validate(resolved, path), resolved
     except ScenarioError as exc:
-        raise _blame(exc, origins, resolved) from None
+        raise combined(_fold_created([_blame(e, origins, resolved) for e in each_error(exc)], origins)) from None
 
 
 def _resolve_relative(parent: dict, key: str, source: str) -> None:
@@ -142,20 +142,66 @@ def _blame(exc: ScenarioError, origins: list[_Origin], resolved: dict) -> Scenar
     return exc
 
 
+def _fold_created(errors: list[ScenarioError], origins: list[_Origin]) -> list[ScenarioError]:
+    """Keys missing inside an entry that a --set created (most often a typo of an existing name) as one line for the
+    entry, naming what it lacks, instead of a line per missing key."""
+    out: list[ScenarioError] = []
+    folded: dict[str, tuple[int, list[str]]] = {}
+    for e in errors:
+        o = next((o for o in reversed(origins) if o.created is not None
+                  and (e.path + ".").startswith(o.created + ".")), None)
+        if o is None or not e.problem.startswith("missing required key"):
+            out.append(e)
+            continue
+        lacks = e.path[len(o.created) + 1:] or e.path
+        if o.created in folded:
+            folded[o.created][1].append(lacks)
+            continue
+        folded[o.created] = (len(out), [lacks])
+        out.append(e)
+    for created, (i, lacks) in folded.items():
+        e = out[i]
+        parent, _, name = created.rpartition(".")
+        hint = e.problem.split("did you mean ", 1)[1].rstrip(")") if "did you mean " in e.problem else ""
+        out[i] = ScenarioError(e.source, created, f"--set created a new entry '{name}' under {parent}, which lacks "
+                               f"the required {', '.join(lacks)}" + (f"; did you mean {hint}" if hint else ""))
+    return out
+
+
 def validate(raw: dict, source: str) -> Scenario:
+    """The scenario ``raw`` describes, or a ScenarioError naming every problem (a :class:`ScenarioErrors` when there
+    are several): all the schema's, else all the cross-reference checks'."""
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
-        raise format_validation_error(source, exc) from None
+        raise format_validation_error(source, exc, raw) from None
     errs = cross_reference_errors(scenario)
     if errs:
-        path, value, expected = errs[0]
-        raise ScenarioError(source, path, expected if value is None else f"bad value {short(value)}: {expected}")
+        raise combined([ScenarioError(source, path, expected if value is None else
+                                      f"bad value {short(value)}: {expected}") for path, value, expected in errs])
     return scenario
 
 
 def json_schema() -> dict:
+    """The JSON Schema (Draft 2020-12) of scenario files as written, for editors: unknown keys and wrong types are
+    errors; a number is never required, as a calibration file named under ``calibrations`` may supply it (``sim
+    calibrate`` and ``sim fit-loading`` write numbers: what they fit and what they hold), while names, kinds and
+    lists still are. What the loader alone can say (cross references, values missing everywhere) it says."""
     schema = Scenario.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "sim scenario"
+    for definition in [schema, *schema.get("$defs", {}).values()]:
+        props = definition.get("properties", {})
+        required = [k for k in definition.get("required", []) if not _is_number(props.get(k, {}))]
+        if required:
+            definition["required"] = required
+        else:
+            definition.pop("required", None)
     return schema
+
+
+def _is_number(prop: dict) -> bool:
+    """A property schema that holds a number (or nothing)."""
+    branches = prop.get("anyOf", [prop])
+    types = {b.get("type") for b in branches}
+    return bool(types) and types <= {"number", "integer", "null"} and types != {"null"}

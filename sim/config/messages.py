@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from sim.config.scenario import Scenario
-from sim.core.errors import ScenarioError
+from sim.core.errors import ScenarioError, combined
 
 CALIBRATED = "missing: expected a value here or from a calibration file named under 'calibrations'"
 
@@ -55,21 +55,73 @@ def inner_model(ann: Any) -> Any:
     return None
 
 
-def format_validation_error(source: str, exc: ValidationError) -> ScenarioError:
-    err = exc.errors()[0]
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
-    path = ".".join(str(p) for p in loc)
+def format_validation_error(source: str, exc: ValidationError, data: Any = None) -> ScenarioError:
+    """Every problem pydantic found, one line each (a :class:`ScenarioErrors` when there are several): the key path,
+    the value and what was expected. An unknown key names the field it was probably meant to be, and that field's
+    own "missing" is then not reported apart. ``data``, the mapping that was validated, tells the keys of the file
+    from pydantic's names of union branches in an error's location."""
+    found = [(_clean_loc(err["loc"], data, err["type"]), err) for err in exc.errors()]
+    missing = {loc for loc, err in found if err["type"] == "missing"}
+    unknown = {loc: _unknown_key(loc, missing) for loc, err in found if err["type"] == "extra_forbidden"}
+    folded = {meant for _, meant in unknown.values() if meant is not None}
+    lines: dict[str, list[str]] = {}  # key path -> what was wrong there (several union branches: several)
+    for loc, err in found:
+        if loc not in folded or err["type"] != "missing":
+            problem = unknown[loc][0] if err["type"] == "extra_forbidden" else _problem(err)
+            lines.setdefault(".".join(str(p) for p in loc), []).append(problem)
+    errors = [ScenarioError(source, path, _merge(problems)) for path, problems in lines.items()]
+    return combined(errors) if errors else ScenarioError(source, "", str(exc).splitlines()[0])
+
+
+def _clean_loc(loc: tuple, data: Any, kind: str) -> tuple:
+    """An error's location as keys of the file: without the names pydantic gives union branches
+    (``literal['auto']``, ``constrained-int``, ``function-after[...]``)."""
+    if data is None:
+        return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith(("function-",
+                                                                                              "constrained-")))))
+    out: list = []
+    node = data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif i == len(loc) - 1 and kind == "missing" and isinstance(node, dict):
+            pass  # the key that is not there
+        else:
+            continue  # a union branch's name, not a key of the file
+        out.append(part)
+    return tuple(out)
+
+
+def _unknown_key(loc: tuple, missing: set[tuple]) -> tuple[str, tuple | None]:
+    """The line for an unknown key, and the location of the missing field it was probably meant to be."""
+    owner = model_for_path(loc)
+    names = list(owner.model_fields) if owner else []
+    absent = [n for n in names if loc[:-1] + (n,) in missing]
+    hint = difflib.get_close_matches(str(loc[-1]), absent, n=1) or difflib.get_close_matches(str(loc[-1]), names, n=1)
+    if hint:
+        return f"unknown key; did you mean '{hint[0]}'?", (loc[:-1] + (hint[0],) if hint[0] in absent else None)
+    return "unknown key" + (f"; expected one of {names}" if names else ""), None
+
+
+def _problem(err: dict) -> str:
+    """One pydantic error as the problem part of a line."""
     kind = err["type"]
-    if kind == "extra_forbidden":
-        owner = model_for_path(loc)
-        names = list(owner.model_fields) if owner else []
-        hint = difflib.get_close_matches(str(loc[-1]), names, n=1)
-        extra = f"; did you mean '{hint[0]}'?" if hint else (f"; expected one of {names}" if names else "")
-        return ScenarioError(source, path, f"unknown key{extra}")
     if kind == "missing":
-        return ScenarioError(source, path, "missing required key")
+        return "missing required key"
     msg = err["msg"]
     if kind == "value_error":
-        return ScenarioError(source, path, msg.removeprefix("Value error, "))
+        return msg.removeprefix("Value error, ")
     msg = msg.removeprefix("Input should be ")
-    return ScenarioError(source, path, f"bad value {short(err.get('input'))}: expected {msg[0].lower() + msg[1:]}")
+    return f"bad value {short(err.get('input'))}: expected {msg[0].lower() + msg[1:]}"
+
+
+def _merge(problems: list[str]) -> str:
+    """The problems found at one key path (a union's branches each say what they expected) as one."""
+    if len(problems) == 1:
+        return problems[0]
+    head = problems[0].split(": expected ", 1)[0]
+    if all(p.startswith(head + ": expected ") for p in problems):
+        return f"{head}: expected " + " or ".join(dict.fromkeys(p.split(": expected ", 1)[1] for p in problems))
+    return "; ".join(dict.fromkeys(problems))

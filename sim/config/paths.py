@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import copy
 import difflib
-import functools
 from typing import Any
-
-import yaml
 
 from sim.config.messages import inner_model, short
 from sim.config.scenario import Scenario
+from sim.config.yaml_io import parse_scalar
 from sim.core.errors import ScenarioError
 
 
 def number_at(value: Any) -> float | None:
-    """A value found at a dotted path as a number: YAML 1.1 reads ``30e-6`` (no dot) as text, which the models accept
-    as a number, so text that parses as one counts; booleans do not."""
+    """A value found at a dotted path as a number: text that parses as one counts (the models accept it; a mapping
+    made in Python may hold it), booleans do not."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -111,20 +108,9 @@ def schema_kind(parts: list[str]) -> str | None:
 
 
 def parse_set(expr: str) -> tuple[str, Any]:
-    """``a.b.c=value`` -> (path, value) with the value read as YAML (numbers, booleans, lists, maps)."""
+    """``a.b.c=value`` -> (path, value) with the value read as the scenario file reads YAML (1.2: numbers such as
+    ``30e-6``, booleans, lists, maps; see :func:`sim.config.yaml_io.parse_scalar`)."""
     if "=" not in expr:
         raise ScenarioError("--set", expr, "expected dotted.path=value")
     path, raw = expr.split("=", 1)
-    value = _yaml_value(raw)
-    return path.strip(), (copy.deepcopy(value) if isinstance(value, dict | list) else value)
-
-
-@functools.lru_cache(maxsize=65536)
-def _yaml_value(raw: str) -> Any:
-    """A --set value read as YAML (the C parser where PyYAML has it); kept, as sweeps repeat the same values."""
-    if not raw.strip():
-        return ""
-    try:
-        return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe loaders
-    except yaml.YAMLError:
-        return raw
+    return path.strip(), parse_scalar(raw)

@@ -9,7 +9,18 @@ import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Table:
+    """A tidy table: its columns (the CSV header, written even when there are no rows) and its rows (a list, or an
+    iterator that streams to disk). A row holds exactly these columns; a key outside them is an error, a missing one
+    an empty cell."""
+
+    columns: tuple[str, ...]
+    rows: Iterable[Mapping[str, Any]]
 
 
 def clean(value: Any) -> Any:
@@ -95,18 +106,36 @@ def write_csv_stream(path: str, rows: Iterable[Mapping[str, Any]]) -> None:
     atomic_write_with(path, write)
 
 
-def write_outputs(out_dir: str, summary: Mapping[str, Any], tables: Mapping[str, Iterable[dict]]) -> list[str]:
-    """Write each table as ``NAME.csv`` and then ``summary.json`` (last, so its presence means the run finished). A
-    table given as an iterator (not a list) streams: its rows must all have the first row's columns."""
+def write_table(path: str, table: Table) -> None:
+    """Write ``table`` to ``path`` as CSV, atomically, its rows as they come (a long table never sits in memory
+    whole); the header is written even when there are no rows."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(table.columns), lineterminator="\n")
+            w.writeheader()
+            for r in table.rows:
+                w.writerow({k: ("" if v is None else v) for k, v in clean(r).items()})
+
+    atomic_write_with(path, write)
+
+
+def write_outputs(out_dir: str, summary: Mapping[str, Any], tables: Mapping[str, Table | Iterable[dict]],
+                  summary_name: str = "summary.json") -> list[str]:
+    """Write each table as ``NAME.csv`` and then the summary (last, so its presence means the run finished). A
+    :class:`Table` has its header even with no rows; plain rows given as a list take their columns from the rows, as
+    an iterator (streaming) from the first row."""
     written = []
     for name, rows in tables.items():
         path = os.path.join(out_dir, f"{name}.csv")
-        if isinstance(rows, list):
+        if isinstance(rows, Table):
+            write_table(path, rows)
+        elif isinstance(rows, list):
             atomic_write_text(path, csv_text(rows))
         else:
             write_csv_stream(path, rows)
         written.append(path)
-    path = os.path.join(out_dir, "summary.json")
+    path = os.path.join(out_dir, summary_name)
     atomic_write_text(path, dumps(summary))
     written.append(path)
     return written

@@ -8,12 +8,12 @@ and how many iterations were bound by memory reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from functools import partial
 
 import numpy as np
 
 from sim.config.scenario import Scenario
+from sim.core.output import Table
 from sim.dense.report import report_lines
 from sim.dense.server import DenseServer
 from sim.dense.setup import DenseSetup, setup_dense
@@ -21,6 +21,7 @@ from sim.serving.engine import ServeRun
 from sim.serving.metrics import load_metrics
 from sim.serving.queue import QueueSpec, Work, run_queue
 from sim.serving.served import ServedRequests
+from sim.serving.telemetry import TABLE
 from sim.serving.workload import RequestTable, build_table
 
 
@@ -71,8 +72,8 @@ class DenseEngine:
     def metrics(self, run: ServeRun) -> dict[str, float]:
         return dense_metrics(run)
 
-    def tables(self, run: ServeRun) -> dict[str, Iterable[dict]]:
-        return {"requests": run.requests.table_rows()}
+    def tables(self, run: ServeRun) -> dict[str, Table]:
+        return {"requests": Table(TABLE, run.requests.table_rows())}
 
     def summary(self, run: ServeRun) -> dict:
         return {}

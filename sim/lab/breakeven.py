@@ -17,6 +17,7 @@ import numpy as np
 
 from sim.config.scenario import Job, Scenario
 from sim.core.errors import ScenarioError, SimulationError
+from sim.core.progress import progress
 from sim.lab.dispatch import breakeven_closed_form
 from sim.lab.jobs import Lab, single_job_completion_s
 
@@ -75,6 +76,9 @@ def _check_names(scn: Scenario, model: str, a: str, b: str) -> None:
 
 
 def breakeven(scn: Scenario, model: str, a: str, b: str, seed: int) -> dict:
+    """The break-even of machines ``a`` and ``b`` for ``model`` (tokens; see the module docstring), with the
+    clear-win regions under the tie rule, the closed forms and every simulated job (``table``: machine, tokens,
+    completed_s in seconds). The simulated jobs are counted on a progress bar (stderr, ``sim.core.progress``)."""
     _check_names(scn, model, a, b)
     base = _without_resident(scn, model)
     order = sorted(base.machines)
@@ -84,6 +88,7 @@ def breakeven(scn: Scenario, model: str, a: str, b: str, seed: int) -> dict:
         if (machine, n) not in memo:
             rng = np.random.default_rng([seed, order.index(machine)])
             memo[(machine, n)] = single_job_completion_s(base, machine, model, n, rng)
+            bar.update()
         return memo[(machine, n)]
 
     lab = Lab(base, np.random.default_rng(seed))
@@ -92,12 +97,14 @@ def breakeven(scn: Scenario, model: str, a: str, b: str, seed: int) -> dict:
         if not e.eligible:
             raise SimulationError(f"{n} cannot run {model}: {e.why_not}")
     theta = base.dispatch.tie_threshold
-    a_first, cross = switch_point(lambda n: t(a, n) < t(b, n))
-    sim = {
-        "breakeven_tokens": cross,
-        "clear_win": {a: region(lambda n: t(b, n) >= (1 + theta) * t(a, n)),
-                      b: region(lambda n: t(a, n) >= (1 + theta) * t(b, n))},
-    }
+    with progress(None, "breakeven", unit="job") as bar:  # the bisections: every simulated job counted
+        a_first, cross = switch_point(lambda n: t(a, n) < t(b, n))
+        sim = {
+            "breakeven_tokens": cross,
+            "clear_win": {a: region(lambda n: t(b, n) >= (1 + theta) * t(a, n)),
+                          b: region(lambda n: t(a, n) >= (1 + theta) * t(b, n))},
+        }
+        sim_load = {n: t(n, 0) for n in (a, b)}
     estimates = {n: lab.estimate(lab.machines[n], Job(model=model, tokens=1)) for n in (a, b)}
     rates = {n: e.decode_tok_s for n, e in estimates.items()}  # table rate, slowed by any spill
     load_cf = {n: e.load_s for n, e in estimates.items()}
@@ -107,7 +114,6 @@ def breakeven(scn: Scenario, model: str, a: str, b: str, seed: int) -> dict:
     fast = a if rates[a] > rates[b] else b if rates[b] > rates[a] else None
     fast_region = sim["clear_win"][fast] if fast else None
     clear_from = fast_region[0] if fast_region and math.isinf(fast_region[1]) else math.inf
-    sim_load = {n: t(n, 0) for n in (a, b)}
     agrees = _agree(sim["breakeven_tokens"], closed["breakeven_tokens"]) and all(
         _agree_region(sim["clear_win"][n], closed["clear_win"][n]) for n in (a, b))
     return {

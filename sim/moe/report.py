@@ -5,52 +5,77 @@ from __future__ import annotations
 
 from sim.config.links import link_info
 from sim.config.scenario import Scenario
+from sim.core.text import plural, table
 from sim.moe.setup import EngineSetup
 from sim.serving.engine import ServeRun
 from sim.serving.report import load_lines
 
 
 def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float], buckets: list[dict]) -> list[str]:
+    """The engine's set-up, its decode telemetry, the server under load and the spill buckets, as lines."""
     eng: EngineSetup = run.setup
     assert scn.serve is not None
     sv, moe, p, e = scn.serve, eng.moe, eng.params, eng.spec
     li = link_info(scn, scn.machines[eng.machine], e.gpu)
+    draft = moe.draft
+    drafts = f"{plural(draft.tokens, 'draft')} at {draft.acceptance:.1%} acceptance" if draft.tokens > 0 else \
+        "no speculative decoding"
     out = ["", f"Serving {e.model} on {eng.machine} ({e.gpu}, "
            f"Gen{li.gen} x{li.lanes} {li.gbps:.1f} GB/s{' measured' if li.measured else ''}), "
            f"policy {e.policy}, {sv.fidelity} fidelity",
            f"  VRAM {eng.vram_gib:.2f} GiB = other tenants {eng.tenants_gib:.2f} + engine overhead "
            f"{eng.overhead_gib:.2f} + free {eng.free_gib:.2f} GiB at start",
-           f"  expert cache {eng.expert_slots} of {moe.layers * moe.experts_per_layer} slots ({eng.cache_gib:.2f} GiB, "
-           f"coverage {eng.coverage:.1%}); {moe.top_k * moe.layers} lookups per token, "
-           f"{moe.draft.tokens} drafts at {moe.draft.acceptance:.1%} acceptance",
-           f"  {int(m['requests'])} requests served, {m['output_tokens'] / m['requests']:.0f} tokens on average: "
-           f"decode {m['decode_tok_s']:.1f} tok/s (token-weighted; median request {m['decode_tok_s_median']:.1f}), "
-           f"TTFT median {m['ttft_s_median'] * 1000:.0f} ms",
-           f"  hit rate {m['expert_hit_rate']:.1%} and PCIe spill {m['pcie_spill_share']:.2%} of routed experts "
-           f"(medians over requests); requests that ever read over PCIe: {m['requests_spilling_share']:.0%}",
-           f"  where decode time goes: compute {m['compute_share']:.0%}, stalled on PCIe or peers "
-           f"{m['stall_share']:.0%}, eager steps {m['eager_share']:.0%}, host {m['host_share']:.0%}; GPU busy as the "
-           f"driver reports it {m['gpu_busy_share']:.0%}"]
+           f"  expert cache {eng.expert_slots:,} of {moe.layers * moe.experts_per_layer:,} slots "
+           f"({eng.cache_gib:.2f} GiB, coverage {eng.coverage:.1%}); {moe.top_k * moe.layers:,} lookups per token, "
+           f"{drafts}"]
+    if m.get("requests"):
+        n = int(m["requests"])
+        out += [f"  {plural(n, 'request')} served, {m['output_tokens'] / n:,.0f} tokens"
+                f"{' on average' if n > 1 else ''}: decode {m['decode_tok_s']:.1f} tok/s (token-weighted; "
+                f"median request {m['decode_tok_s_median']:.1f})",
+                f"  hit rate {m['expert_hit_rate']:.1%} and PCIe spill {m['pcie_spill_share']:.2%} of routed experts "
+                f"(medians over requests); requests that ever read over PCIe: {m['requests_spilling_share']:.0%}",
+                f"  where decode time goes: compute {m['compute_share']:.0%}, stalled on PCIe or peers "
+                f"{m['stall_share']:.0%}, eager steps {m['eager_share']:.0%}, host {m['host_share']:.0%}",
+                f"  GPU busy as the driver reports it {m['gpu_busy_share']:.0%}"
+                + (f"; energy {m['energy_j_per_token']:.2f} J/token at {m['gpu_power_w']:.0f} W average"
+                   if "energy_j_per_token" in m else "")]
+    else:
+        out.append("  no request served")
     if eng.peers or eng.host_experts is not None:
         reqs = run.requests
         lookups = int(reqs.lookups.sum()) or 1
-        parts = [f"peer {name} {n} experts" for name, n in zip(e.peers, eng.peer_slots, strict=True)]
+        parts = [f"peer {name} {plural(n, 'expert')}" for name, n in zip(e.peers, eng.peer_slots, strict=True)]
         if eng.host_experts is not None:
-            parts.append(f"host RAM {eng.host_experts} experts, the rest on disk")
+            parts.append(f"host RAM {plural(eng.host_experts, 'expert')}, the rest on disk")
         peer = int(reqs.peer_lookups.sum()) / lookups
         disk = int(reqs.disk_lookups.sum()) / lookups
         out.append(f"  tiers below VRAM: {', '.join(parts)}; lookups served by peers {peer:.1%}, from disk {disk:.2%}")
-    if "energy_j_per_token" in m:
-        out.append(f"  energy {m['energy_j_per_token']:.2f} J/token at {m['gpu_power_w']:.0f} W average")
     out.append(f"  link: {p.link_share:.0%} of {p.link_gbps:.1f} GB/s for expert reads; CPU computes up to one missed "
                f"expert per {p.cpu_expert_s * 1e6:.0f} us of GPU work per layer")
-    out += load_lines(scn, m, sequences=e.parallel, vram=eng.vram, each=f"{eng.slots_per_sequence} experts each",
+    out += load_lines(scn, m, sequences=e.parallel, vram=eng.vram, each=plural(eng.slots_per_sequence, "expert"),
                       paged=eng.peer_paged)
-    out.append("  decode tok/s by request spill share and hit rate (percent):")
-    for b in buckets:
-        if b["requests"]:
-            hi = "" if b["high_pct"] is None else f"{b['high_pct']:g}"
-            span = "0 (none)" if b["low_pct"] == 0 and b["high_pct"] == 0 else f"{b['low_pct']:g}-{hi}"
-            out.append(f"    {b['bucket_by']:<11}{span:>10}: {b['decode_tok_s']:7.1f} tok/s over {b['requests']} "
-                       "requests")
-    return out
+    return out + bucket_lines(buckets)
+
+
+def _span(b: dict) -> str:
+    """A bucket's range of percent: ``0 (none)``, ``above 0, under 0.5``, ``0.5-3``, ``5 and over``."""
+    lo, hi = b["low_pct"], b["high_pct"]
+    if lo == 0 and hi == 0:
+        return "0 (none)"
+    if hi is None:
+        return f"{lo:g} and over"
+    if lo == 0:
+        return f"above 0, under {hi:g}" if b["bucket_by"] == "pcie_spill" else f"under {hi:g}"
+    return f"{lo:g}-{hi:g}"
+
+
+def bucket_lines(buckets: list[dict]) -> list[str]:
+    """The non-empty rows of ``spill_buckets.csv`` as a table: bucket, range (percent), requests, mean decode
+    tok/s."""
+    rows = [[b["bucket_by"], _span(b), f"{b['requests']:,}", f"{b['decode_tok_s']:.1f}"]
+            for b in buckets if b["requests"]]
+    if not rows:
+        return []
+    return ["  decode by request PCIe spill share and hit rate (spill_buckets.csv):",
+            *table(rows, [["bucket_by", "range", "requests", "decode"], ["", "%", "", "tok/s"]], "llrr", indent=4)]

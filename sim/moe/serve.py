@@ -9,12 +9,12 @@ lookups, share of routed experts read over PCIe, decode tok/s, where decode time
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from functools import partial
 
 import numpy as np
 
 from sim.config.scenario import Scenario
+from sim.core.output import Table
 from sim.moe.batching import BatchServer, BatchSteps, batch_lookups
 from sim.moe.decode_batch import FIELDS, decode_many, steps_needed
 from sim.moe.lookups import decode_request
@@ -22,10 +22,10 @@ from sim.moe.prefill import prefill_seconds
 from sim.moe.report import report_lines
 from sim.moe.setup import EngineSetup, setup_engine
 from sim.serving.engine import ServeRun
-from sim.serving.metrics import fsum, load_metrics, spill_buckets
+from sim.serving.metrics import SPILL_BUCKETS, fsum, load_metrics, spill_buckets
 from sim.serving.queue import QueueSpec, SharedGpuServer, Timeline, Work, run_queue
 from sim.serving.served import ServedRequests, as_served
-from sim.serving.telemetry import SUM_NAMES
+from sim.serving.telemetry import SUM_NAMES, TABLE
 from sim.serving.workload import RequestTable, build_table
 
 
@@ -98,8 +98,9 @@ class MoeEngine:
     def metrics(self, run: ServeRun) -> dict[str, float]:
         return serve_metrics(run.setup, run.requests, run.timeline)
 
-    def tables(self, run: ServeRun) -> dict[str, Iterable[dict]]:
-        return {"requests": run.requests.table_rows(), "spill_buckets": _buckets(run)}
+    def tables(self, run: ServeRun) -> dict[str, Table]:
+        return {"requests": Table(TABLE, run.requests.table_rows()),
+                "spill_buckets": Table(SPILL_BUCKETS, _buckets(run))}
 
     def summary(self, run: ServeRun) -> dict:
         return {"spill_buckets": _buckets(run)}

@@ -8,13 +8,13 @@ of ``sim run``'s text. The queue in front of it is :mod:`sim.serving.queue`; wha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from sim.config.scenario import Scenario
+from sim.core.output import Table
 from sim.serving.queue import Timeline
 from sim.serving.served import ServedRequests
 from sim.serving.workload import RequestTable
@@ -55,8 +55,9 @@ class EngineKind(Protocol):
         """The run's metrics, named as ``sim run --json`` names them."""
         ...
 
-    def tables(self, run: ServeRun) -> dict[str, Iterable[dict]]:
-        """``--out`` tables: ``requests`` (an iterator: it streams) and any of the kind's own."""
+    def tables(self, run: ServeRun) -> dict[str, Table]:
+        """``--out`` tables with their columns: ``requests`` (its rows an iterator: they stream) and any of the kind's
+        own."""
         ...
 
     def summary(self, run: ServeRun) -> dict:

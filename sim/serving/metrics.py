@@ -87,6 +87,9 @@ def bucket_requests(arrays: dict[str, np.ndarray], by: str, lo: float, hi: float
     return int(mask.sum()), (float(arrays["decode_tok_s"][mask].mean()) if mask.any() else None)
 
 
+SPILL_BUCKETS = ("bucket_by", "low_pct", "high_pct", "requests", "decode_tok_s")  # spill_buckets.csv
+
+
 def spill_buckets(requests: ServedRequests) -> list[dict]:
     """Served requests bucketed by PCIe spill share and by hit rate (percent), as ``strata_spill_buckets.csv`` is:
     count and mean per-request decode tok/s of each bucket."""

@@ -12,7 +12,6 @@ from sim.config.load import load_scenario
 from sim.core.output import atomic_write_text, atomic_write_with, dumps
 from sim.sweeps.keys import code_digest
 from sim.sweeps.spec import RESERVED_COLUMNS, Plan
-from sim.sweeps.table import Column, csv_text, typed_columns, write_parquet
 from sim.sweeps.tasks import SweepResult, Task
 
 
@@ -66,8 +65,14 @@ def _is_metric(column: str, axes: list[str]) -> bool:
     return column not in axes and column not in RESERVED_COLUMNS and not column.startswith("param.")
 
 
-def _atomic_parquet(frame, path: str) -> None:
-    atomic_write_with(path, lambda tmp: frame.to_parquet(tmp, index=False, engine="pyarrow"))
+def _write_parquet(frame, path: str) -> None:
+    """The frame as a Parquet file (snappy) by ``pyarrow.parquet.write_table``: its columns' Arrow types, NaN as
+    null, no index and no pandas schema metadata (so equal frames give equal bytes, whichever pandas wrote them)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(None)
+    pq.write_table(table, path, compression="snappy")
 
 
 def scenario_facts(plan: Plan) -> dict:
@@ -76,29 +81,13 @@ def scenario_facts(plan: Plan) -> dict:
     return {"name": scn.name, "tie_threshold": scn.dispatch.tie_threshold, "machines": list(scn.machines)}
 
 
-def results_columns(rows: list[dict], axes: list) -> list[Column] | None:
-    """The columns of ``results_frame(rows, axes)`` as plain lists (``sim.sweeps.table``), or None when a value
-    needs pandas to be typed as that frame types it."""
-    names = [a.name for a in axes]
-    columns = list(dict.fromkeys(c for r in rows for c in r))  # in order of first appearance, as pandas
-    front = [c for c in columns if not _is_metric(c, names)]
-    metrics = sorted(c for c in columns if _is_metric(c, names))
-    return typed_columns(rows, front, metrics, {a.name for a in axes if axis_as_text(a.values)})
-
-
 def write_results(out_dir: str, res: SweepResult, facts: dict) -> None:
-    """``results.parquet``, ``results.csv``, then ``sweep.json`` (last: what it says describes the tables). Without
-    pandas when ``results_columns`` types every value (pandas' import would be most of a short sweep's time)."""
+    """``results.parquet`` and ``results.csv`` of one frame (:func:`results_frame`), by pyarrow's and pandas'
+    writers, then ``sweep.json`` (last: what it says describes the tables)."""
     plan = res.plan
-    parquet_path, csv_path = os.path.join(out_dir, "results.parquet"), os.path.join(out_dir, "results.csv")
-    columns = results_columns(res.rows, plan.axes)
-    if columns is not None:
-        atomic_write_with(parquet_path, lambda tmp: write_parquet(columns, tmp))
-        atomic_write_text(csv_path, csv_text(columns))
-    else:
-        frame = results_frame(res.rows, plan.axes)
-        _atomic_parquet(frame, parquet_path)
-        atomic_write_text(csv_path, frame.to_csv(index=False, lineterminator="\n"))
+    frame = results_frame(res.rows, plan.axes)
+    atomic_write_with(os.path.join(out_dir, "results.parquet"), lambda tmp: _write_parquet(frame, tmp))
+    atomic_write_text(os.path.join(out_dir, "results.csv"), frame.to_csv(index=False, lineterminator="\n"))
     manifest = {
         "scenario": plan.scenario, "sweep_file": plan.sweep_file, "set": plan.base_sets,
         "axes": [a.as_dict() for a in plan.axes], "zip": plan.zip, "seeds": plan.seeds,

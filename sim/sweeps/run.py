@@ -13,14 +13,13 @@ Ctrl-C, SIGTERM or a failure (``complete: false`` until every run is done).
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 
 from sim.core.output import atomic_write_text, dumps
+from sim.core.progress import progress as progress_bar
 from sim.sweeps.backends import Backend, BackendFailure, serial_backend
 from sim.sweeps.results import scenario_facts, table_rows, write_results
 from sim.sweeps.spec import Plan
@@ -63,34 +62,6 @@ class Store:
         atomic_write_text(self.path(key), dumps({"key": key, "seed": seed, **record}))
 
 
-class Progress:
-    """Runs done, rate and ETA on stderr: one line redrawn on a terminal, a line every few seconds otherwise."""
-
-    def __init__(self, total: int, reused: int, quiet: bool, stream=None):
-        self.total, self.reused, self.quiet = total, reused, quiet
-        self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.start = time.monotonic()
-        self.last = -math.inf
-
-    def update(self, done: int, final: bool = False) -> None:
-        now = time.monotonic()
-        if self.quiet or (not final and now - self.last < (0.2 if self.tty else 5.0)):
-            return
-        self.last = now
-        elapsed = now - self.start
-        rate = done / elapsed if elapsed > 0 else 0.0
-        left = self.total - self.reused - done
-        eta = f"{left / rate:.0f} s" if rate > 0 else "-"
-        text = (f"sweep: {self.reused + done}/{self.total} runs ({self.reused} from earlier runs), "
-                f"{rate:.2f} runs/s, ETA {eta}")
-        if self.tty:
-            self.stream.write("\r" + text.ljust(78) + ("\n" if final else ""))
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
-
-
 def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backend = serial_backend,
               quiet: bool = False, on_saved: Callable[[int], None] | None = None,
               prepared: tuple[list[Task], list[str], list[str]] | None = None) -> SweepResult:
@@ -113,7 +84,6 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
             records[t.index] = rec
     reused = len(records)
     todo = [t for t in tasks if t.index not in records]
-    progress = Progress(len(tasks), reused, quiet)
     ran, complete = 0, False
     facts = scenario_facts(plan)  # read once, written with every table
 
@@ -129,13 +99,16 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
     written = time.monotonic()
     previous = _stop_on_sigterm()
     failure: BackendFailure | None = None
+    # runs done of all (those reused included, not in the rate), rate, ETA; on stderr, as sim.core.progress says
+    bar = progress_bar(len(tasks), "sweep", unit="run", initial=reused, disable=quiet)
+    bar.set_postfix_str(f"{reused} from earlier runs")
     try:
         for index, record in backend(todo) if todo else ():
             t = tasks[index]
             store.put(t.key, t.seed, record)
             records[index] = {"key": t.key, "seed": t.seed, **record}
             ran += 1
-            progress.update(ran)
+            bar.update()
             if on_saved:
                 on_saved(ran)
             if time.monotonic() - written > REFRESH_S:  # a long sweep can be looked at (sim plot) while it runs
@@ -148,7 +121,7 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
         failure = exc
     finally:  # whatever stopped it, the tables say what is stored
         _restore_sigterm(previous)
-        progress.update(ran, final=True)
+        bar.close()
         result = tables()
     if failure is not None:
         raise BackendFailure(f"{failure}: {len(result.rows)} of {len(tasks)} runs saved in {out_dir}; the same "

@@ -18,12 +18,11 @@ from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import Any
 
-import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from sim.config.base import Strict
 from sim.config.messages import format_validation_error
-from sim.config.yaml_io import read_yaml
+from sim.config.yaml_io import parse_scalar, read_yaml
 from sim.core.errors import ScenarioError
 
 # the sweep-file models validate only sweep files: their validators are built on first use, not at import (a sweep
@@ -99,10 +98,7 @@ def parse_values(text: str, where: str, key: str) -> list[Any]:
         if expanded is not None:
             values += expanded
             continue
-        try:
-            values.append(yaml.safe_load(item))
-        except yaml.YAMLError:
-            values.append(item.strip())
+        values.append(parse_scalar(item))  # YAML 1.2, as --set and scenario files; not YAML: the text
     return values
 
 

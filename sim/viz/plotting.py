@@ -18,7 +18,18 @@ from sim.core.output import atomic_write_with
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 DASHES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
+# the same dashes with wider gaps (in line widths), for a line drawn over another: the covered one shows in the gaps
+OPEN_DASHES = [(0, (8, 3)), (0, (5, 4)), (0, (6, 3, 1.5, 3)), (0, (1.5, 3)), (0, (5, 3)), (0, (3, 3, 1, 3, 1, 3))]
 FORMATS = ("png", "svg", "pdf")
+# one white-filled marker per measured series (in the order the sweep file names them), and what the caption calls it
+MEASURED_MARKERS = ["*", "P", "X", "h", "d", "p", "8"]
+MARKER_NAMES = {"*": "stars", "P": "pluses", "X": "crosses", "h": "hexagons", "d": "diamonds", "p": "pentagons",
+                "8": "octagons"}
+# artists the caption describes are tagged, so that it says only what was drawn
+BAND_GID = "sim-band"
+MEASURED_GID = "sim-measured"
+LOG_NOTE = "log scale"
+COVERED_WIDTH = 3.6  # a line another runs on is drawn at least this wide (points), the other at 30% of it on top
 
 # known metrics: (label, unit, factor applied before plotting)
 METRICS: dict[str, tuple[str, str, float]] = {
@@ -172,6 +183,7 @@ def save(fig, path: str) -> None:
     if ext not in FORMATS:
         raise ScenarioError("-o", path, f"a file ending in .{', .'.join(FORMATS)}")
     metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}, "png": {"Software": None}}[ext]
+    label_log_axes(fig)
     try:
         atomic_write_with(path, lambda tmp: fig.savefig(tmp, format=ext, metadata=metadata, bbox_inches="tight"))
     finally:
@@ -228,10 +240,21 @@ class Styler:
         return DASHES[self.index(value) % len(DASHES)]
 
 
+def _coincides(xs: np.ndarray, ys: np.ndarray, other: tuple[np.ndarray, np.ndarray], tol: float) -> bool:
+    """Whether a line runs on top of another over at least one segment: two neighbouring x values they share where
+    their medians are within ``tol`` (a line would hide the other there)."""
+    oxs, oys = other
+    close = [any(np.isclose(x, ox) and abs(y - oy) <= tol for ox, oy in zip(oxs, oys, strict=True))
+             for x, y in zip(xs, ys, strict=True)]
+    return any(a and b for a, b in zip(close, close[1:], strict=False))
+
+
 def line_panel(ax, sweep: Sweep, x: str, y: str, hue: str | None, styler: Styler | None, frame=None,
                overlay: bool = True, hue_label: str | None = None, facet: tuple[str, Any] | None = None) -> None:
     """Median of y against x per hue value, a 90% band where a point has several runs, measured points on top
-    (``facet``: the column and value of this panel, for the measured points that belong to it)."""
+    (``facet``: the column and value of this panel, for the measured points that belong to it). A line that runs on
+    an earlier one is drawn above it, at most 30% of its width (the covered line widened), with wider gaps in its
+    dashes and smaller markers, so both stay visible."""
     frame = sweep.frame if frame is None else frame
     x_is_axis = x in sweep.axes
     xf = axis_meta(x, sweep.manifest)[2] if x_is_axis else metric_meta(x)[2]
@@ -241,6 +264,8 @@ def line_panel(ax, sweep: Sweep, x: str, y: str, hue: str | None, styler: Styler
     hues = [None] if not hue else list(dict.fromkeys(r[hue] for r in rows))
     numeric_x = _is_numeric([r["x"] for r in rows])
     cats = list(dict.fromkeys(r["x"] for r in rows)) if not numeric_x else []
+    span = (max(r["median"] for r in rows) - min(r["median"] for r in rows)) * abs(yf) if rows else 0.0
+    drawn: list[tuple[np.ndarray, np.ndarray, Any]] = []  # (xs, medians, line) of the lines drawn so far
     for hv in hues:
         part = [r for r in rows if hue is None or _same(r[hue], hv)]
         if not part:
@@ -255,13 +280,28 @@ def line_panel(ax, sweep: Sweep, x: str, y: str, hue: str | None, styler: Styler
         prefix = axis_meta(hue, sweep.manifest)[0] if hue and hue_label is None else hue_label
         name = None if hv is None else (f"{prefix} {hv}" if prefix else str(hv))
         rank = styler.index(hv) if styler else 0
-        # earlier lines drawn wider and below later ones, so lines that coincide stay visible
-        ax.plot(xs, med, color=colour, linestyle=styler.dash(hv) if styler else "-",
-                marker=styler.marker(hv) if styler else "o", markersize=3.5, linewidth=max(2.8 - 0.5 * rank, 1.2),
-                label=name, zorder=2 + 0.1 * rank)
+        width, size, z = max(2.8 - 0.5 * rank, 1.2), 3.5, 2 + 0.1 * rank
+        dash = styler.dash(hv) if styler else "-"
+        under = [d for d in drawn if _coincides(xs, med, (d[0], d[1]), max(span * 0.01, 1e-12))]
+        if under:  # on top of the lines it covers, thinner than each, so they show on both sides of it
+            for d in under:
+                d[2].set_linewidth(max(d[2].get_linewidth(), COVERED_WIDTH))
+            width = min(width, *(0.3 * d[2].get_linewidth() for d in under))
+            size = min(size, *(0.6 * d[2].get_markersize() for d in under))
+            z = max(z, *(d[2].get_zorder() + 0.05 for d in under))
+            dash = OPEN_DASHES[(styler.index(hv) if styler else 0) % len(OPEN_DASHES)]
+        (line,) = ax.plot(xs, med, color=colour, linestyle=dash,
+                          marker=styler.marker(hv) if styler else "o", markersize=size, linewidth=width,
+                          label=name, zorder=z)
+        if under:  # a white edge parts it from the line below, whose colour may be close to its own
+            from matplotlib import patheffects
+
+            line.set_path_effects([patheffects.withStroke(linewidth=width + 1.4, foreground="white"),
+                                   patheffects.Normal()])
+        drawn.append((xs, med, line))
         if any(r["n"] > 1 for r in part):
             ax.fill_between(xs, np.array([r["p5"] for r in part]) * yf, np.array([r["p95"] for r in part]) * yf,
-                            color=colour, alpha=0.18, linewidth=0)
+                            color=colour, alpha=0.18, linewidth=0, gid=BAND_GID)
     if cats:
         ax.set_xticks(range(len(cats)), [str(c) for c in cats])
     if overlay:
@@ -284,10 +324,17 @@ def overlay_fits(p: dict, x: str, hue: str | None, facet: tuple[str, Any] | None
     return facet is None and hue == column
 
 
+def measured_marker(manifest: dict, label: str) -> str:
+    """The marker of a measured series: one per label, in the order the sweep file lists them."""
+    labels = list(dict.fromkeys(p["label"] for p in manifest.get("measured", [])))
+    i = labels.index(label) if label in labels else len(labels)
+    return MEASURED_MARKERS[i % len(MEASURED_MARKERS)]
+
+
 def measured_points(ax, sweep: Sweep, x: str, y: str, hue: str | None, facet: tuple[str, Any] | None,
                     styler: Styler | None, xf: float | None, cats: list) -> None:
-    """The sweep file's measured points for metric y: a white-filled star, a bar over the measured range, in the
-    colour of the line it belongs to."""
+    """The sweep file's measured points for metric y: a white-filled marker per series (a star, a plus, ...), a bar
+    over the measured range, in the colour of the line it belongs to."""
     yf = metric_meta(y)[2]
     seen: set[str] = set()
     for p in sweep.manifest.get("measured", []):
@@ -304,18 +351,49 @@ def measured_points(ax, sweep: Sweep, x: str, y: str, hue: str | None, facet: tu
         label = None if p["label"] in seen else f"measured: {p['label']}"
         seen.add(p["label"])
         lo, hi, v = m["lo"] * yf, m["hi"] * yf, m["value"] * yf
-        ax.errorbar([xv], [v], yerr=[[v - lo], [hi - v]] if hi > lo else None, fmt="*", markersize=10,
-                    markerfacecolor="white", markeredgecolor=colour, markeredgewidth=1.4, ecolor=colour,
-                    capsize=3, linestyle="none", label=label, zorder=5)
+        marker = measured_marker(sweep.manifest, p["label"])
+        drawn = ax.errorbar([xv], [v], yerr=[[v - lo], [hi - v]] if hi > lo else None, fmt=marker,
+                            markersize=10 if marker == "*" else 8, markerfacecolor="white", markeredgecolor=colour,
+                            markeredgewidth=1.4, ecolor=colour, capsize=3, linestyle="none", label=label, zorder=5)
+        drawn.lines[0].set_gid(MEASURED_GID)
 
 
-def footnote(fig, sweep: Sweep) -> None:
+def label_log_axes(fig) -> None:
+    """Every axis drawn on a log scale says so in its label: "decode (tok/s, log scale)"."""
+    for ax in fig.axes:
+        for axis, scale, get, put in (("x", ax.get_xscale(), ax.get_xlabel, ax.set_xlabel),
+                                      ("y", ax.get_yscale(), ax.get_ylabel, ax.set_ylabel)):
+            text = get()
+            if scale != "log" or LOG_NOTE in text:
+                continue
+            if text.endswith(")"):
+                put(f"{text[:-1]}, {LOG_NOTE})")
+            else:
+                put(f"{text} ({LOG_NOTE})".strip() if text else f"{axis} ({LOG_NOTE})")
+
+
+def caption(fig, sweep: Sweep) -> str:
+    """The footnote's text: what was swept, and only the bands and measured markers the figure's panels draw."""
     m = sweep.manifest
     runs = m.get("runs_done", len(sweep.frame))
     draws = f", {m['uncertainty']} parameter draws per point" if m.get("uncertainty") else ""
     seeds = f", {m['seeds']} seeds per point" if m.get("seeds", 1) > 1 else ""
-    bands = "; bands: 90% of the runs" if draws or seeds else ""
-    partial = "; INCOMPLETE sweep" if not m.get("complete", True) else ""
-    fig.text(0.0, 1.0, f"sim sweep {m.get('sweep_file') or m.get('scenario')}: {runs} runs{draws}{seeds}{bands}"
-             f"{partial}; stars: measured", fontsize=7, color="#555555", ha="left", va="bottom",
+    bands = any(c.get_gid() == BAND_GID for ax in fig.axes for c in ax.collections)
+    markers = list(dict.fromkeys(ln.get_marker() for ax in fig.axes for ln in ax.lines
+                                 if ln.get_gid() == MEASURED_GID))
+    text = f"sim sweep {m.get('sweep_file') or m.get('scenario')}: {runs} runs{draws}{seeds}"
+    if bands:
+        text += "; bands: 90% of the runs"
+    if not m.get("complete", True):
+        text += "; INCOMPLETE sweep"
+    if markers:
+        names = [MARKER_NAMES.get(str(k), "markers") for k in markers]
+        text += f"; {' and '.join(names) if len(names) < 3 else ', '.join(names)}: measured"
+    return text
+
+
+def footnote(fig, sweep: Sweep) -> None:
+    """Label log axes as such and write the caption; called once everything is drawn."""
+    label_log_axes(fig)
+    fig.text(0.0, 1.0, caption(fig, sweep), fontsize=7, color="#555555", ha="left", va="bottom",
              transform=fig.transFigure)

@@ -7,7 +7,18 @@ import re
 import numpy as np
 
 from sim.core.errors import ScenarioError
-from sim.viz.plotting import PALETTE, Styler, Sweep, axis_meta, footnote, label_text, line_panel, setup
+from sim.viz.plotting import (
+    MEASURED_GID,
+    PALETTE,
+    Styler,
+    Sweep,
+    axis_meta,
+    footnote,
+    label_text,
+    line_panel,
+    measured_marker,
+    setup,
+)
 
 
 def _styler(sweep: Sweep, hue: str | None) -> Styler | None:
@@ -269,8 +280,10 @@ def load_breakdown(sweep: Sweep, x: str | None, hue: str | None, facet: str | No
                 rate = p["metrics"].get(f"{phase}_gbps")
                 if p["x"] == mname and rate:
                     gb = float(np.median(first[f"load.{mname}.gb"]))
-                    ax.plot([xpos], [gb / rate["value"]], marker="*", markersize=11, markerfacecolor="white",
-                            markeredgecolor="#000000", linestyle="none",
+                    marker = measured_marker(sweep.manifest, p["label"])
+                    ax.plot([xpos], [gb / rate["value"]], marker=marker, markersize=11 if marker == "*" else 8,
+                            markerfacecolor="white", markeredgecolor="#000000", markeredgewidth=1.2,
+                            linestyle="none", gid=MEASURED_GID, zorder=5,
                             label=f"measured: {p['label']} (same bytes at the measured GB/s)"
                             if p["label"] not in drawn else None)
                     drawn.add(p["label"])

@@ -1,0 +1,128 @@
+"""The ``sim`` command group and what every command shares: one-line errors and exit codes, ``--out`` folders,
+the common options, ``--quiet``."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import click
+
+from sim.core.errors import ScenarioError, SimulationError
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"sim: error: {message}", err=True)
+    sys.exit(code)
+
+
+def user_errors(fn):
+    """Bad input -> one line per problem on stderr and exit 2; an impossible simulation -> exit 1. Never a
+    traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ScenarioError as exc:
+            for line in exc.lines()[:-1]:  # every problem of the file at once, each on its own line
+                click.echo(f"sim: error: {line}", err=True)
+            fail(exc.lines()[-1], 2)
+        except SimulationError as exc:
+            scenario = kwargs.get("scenario")
+            fail(f"{scenario}: {exc}" if scenario else str(exc), 1)
+        except OSError as exc:  # writing --out or a calibration file
+            fail(f"{exc.filename or ''}: cannot write: {exc.strerror or exc}", 2)
+
+    return wrapper
+
+
+def out_path(out: str, name: str, suffixes: tuple[str, ...]) -> str:
+    """The file ``--out`` names: ``name`` inside the folder ``out``, or ``out`` itself when it ends in one of
+    ``suffixes`` (the file form earlier commands wrote). A path ending in another file type is refused."""
+    suffix = os.path.splitext(out)[1].lower()
+    if suffix in suffixes:
+        return out
+    if suffix[1:].isalpha() and len(suffix) <= 5 and not os.path.isdir(out):
+        raise ScenarioError("--out", out, f"a folder to write {name} into, or a file ending in {', '.join(suffixes)}")
+    return os.path.join(out, name)
+
+
+def calibration_out(scenario: str, out: str, default: str) -> str:
+    """The calibration file ``--out`` names: ``out`` itself when it ends in .yaml; in the folder ``out``, the one of
+    the scenario's ``calibrations:`` entries that lies in that folder (so the scenario reads back what was fitted),
+    else ``default``."""
+    if os.path.splitext(out)[1].lower() in (".yaml", ".yml"):
+        return out
+    from sim.config.yaml_io import read_yaml
+
+    raw = read_yaml(scenario)
+    entries = raw.get("calibrations") if isinstance(raw, dict) else None
+    here = os.path.dirname(os.path.abspath(scenario))
+    inside = [os.path.basename(e) for e in entries or [] if isinstance(e, str)
+              and os.path.dirname(os.path.normpath(os.path.join(here, e))) == os.path.abspath(out)]
+    return out_path(out, inside[0] if len(inside) == 1 else default, (".yaml", ".yml"))
+
+
+def _quiet(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        from sim.core.progress import set_enabled
+
+        set_enabled(False)
+
+
+quiet_option = click.option("--quiet", is_flag=True, expose_value=False, callback=_quiet,
+                            help="No progress display (there is none either when stderr is not a terminal).")
+
+
+def warn_implausible(config, path: str) -> None:
+    """Values that validate but are physically implausible, as warnings on stderr (the run goes on)."""
+    from sim.config.plausibility import plausibility_warnings
+
+    for w in plausibility_warnings(config, path):
+        click.echo(f"sim: warning: {w}", err=True)
+
+
+def common_options(fn):
+    fn = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+                      help="Change a scenario value by dotted key path (repeatable).")(fn)
+    fn = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout, nothing else.")(fn)
+    fn = click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=None,
+                      help="Write summary.json and tidy CSV tables into this folder.")(fn)
+    fn = click.option("--seed", type=click.IntRange(min=0), default=None,
+                      help="Random seed, a non-negative integer (default: the scenario's).")(fn)
+    return quiet_option(fn)
+
+
+class OneLineErrors(click.Group):
+    """Usage errors (a bad option, a missing argument) as one line on stderr with exit code 2, like every error."""
+
+    def main(self, *args, **kwargs):
+        # numpy's OpenBLAS starts a thread per core when numpy is imported (tens of ms of a short command); sim's
+        # matrices are small and a sweep is parallel by processes: one BLAS thread, unless the user chose a number
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        from sim.core.progress import set_enabled
+
+        set_enabled(None)  # a progress display when stderr is a terminal, unless the command says --quiet
+        kwargs.pop("standalone_mode", None)
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            where = f"{exc.ctx.command_path}: " if exc.ctx else ""
+            fail(where + exc.format_message().replace("\n", " "), 2)
+        except click.exceptions.Exit as exc:  # --help
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            fail("interrupted", 130)
+        except Exception as exc:  # a bug, not bad input: still one line, with a way to get the traceback
+            if os.environ.get("SIM_DEBUG"):
+                raise
+            fail(f"internal error: {type(exc).__name__}: {exc} (a bug: please report it; "
+                  "SIM_DEBUG=1 shows the traceback)", 70)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sim", message="sim %(version)s", version=None)
+def main() -> None:
+    """sim: load and serve LLMs on imperfect hardware, simulated."""

@@ -1,0 +1,206 @@
+"""``sim calibrate``, ``sim validate``, ``sim fit-loading``, ``sim logs``, ``sim schema``: measurements in,
+parameters and checks out."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import click
+
+from sim.cli.app import calibration_out, fail, main, quiet_option, user_errors
+from sim.core.errors import ScenarioError
+from sim.core.text import plural
+
+
+@main.command()
+def schema() -> None:
+    """Print the JSON Schema of scenario files (for editor validation and completion)."""
+    from sim.config.load import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+@main.command("fit-loading")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--table", "tables", multiple=True, required=True, type=click.Path(dir_okay=False),
+              help="Measured CSV with machine, cold_gbps, hot_gbps, link_gbps, file_gb columns (repeatable).")
+@click.option("-o", "--out", "out", type=click.Path(), default=None,
+              help="Folder to write the calibration into: as the scenario's calibrations: entry in that folder, else "
+              "loading.yaml; a path ending in .yaml is the file itself.")
+@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
+@user_errors
+def fit_loading(scenario: str, tables: tuple[str, ...], out: str | None, as_json: bool) -> None:
+    """Fit disk bandwidths, loader costs and PCIe efficiency of SCENARIO's machines to measured load rates."""
+    out_file = None if out is None else calibration_out(scenario, out, "loading.yaml")
+    from sim.calibration.fit_loading import fit, load_raw_for_fit
+    from sim.calibration.loading_file import calibration_yaml
+    from sim.core.output import atomic_write_text, dumps
+
+    raw = load_raw_for_fit(scenario)
+    result = fit(raw, scenario, list(tables))
+    poor = [r for r in result.residuals if abs(r["rel_error"]) > 0.05]
+    for r in poor:
+        click.echo(f"sim: warning: {r['machine']} {r['quantity']} fits {r['rel_error']:+.1%} off the measured "
+                   f"{r['measured_gbps']:g} GB/s", err=True)
+    text = calibration_yaml(result, scenario, list(tables), out_file)
+    if out_file:
+        atomic_write_text(out_file, text)
+    if as_json:
+        click.echo(dumps({"parameters": result.parameters, "standard_errors": result.standard_errors,
+                          "exactly_determined": result.exactly_determined, "held_fixed": result.held_fixed,
+                          "residuals": result.residuals,
+                          "dof": result.dof}), nl=False)
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command("logs")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--csv", "as_csv", is_flag=True, help="Print one CSV row per request or statistics line.")
+@click.option("--json", "as_json", is_flag=True, help="Print rows, start-up facts and counts as JSON.")
+@user_errors
+def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
+    """Read engine logs (Basalt, Strata, llama.cpp, vLLM) into a table; a summary by default."""
+    import csv
+    import io
+
+    from sim.calibration.logs import ROW_FIELDS, log_sources, read_logs, summary_lines
+    from sim.core.output import dumps
+
+    table = read_logs(log_sources(files))
+    if as_json:
+        click.echo(dumps({"rows": table.rows, "facts": table.facts, "lines": table.lines,
+                          "not_understood": table.not_understood, "incomplete": table.incomplete,
+                          "examples": [{"file": f, "line": n, "text": t} for f, n, t in table.examples]}), nl=False)
+    elif as_csv:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=ROW_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table.rows)
+        click.echo(buf.getvalue(), nl=False)
+    else:
+        click.echo("\n".join(summary_lines(table)))
+
+
+@main.command("calibrate")
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False))
+@click.option("--scenario", "scenario_option", default=None, hidden=True)  # before SCENARIO; still read
+@click.option("--log", "logs", multiple=True, type=click.Path(dir_okay=False), help="Engine log (repeatable).")
+@click.option("--table", "tables", multiple=True, type=click.Path(dir_okay=False),
+              help="Measured table the scenario maps under calibrate.tables, or a CSV of requests with log-row "
+              "columns (repeatable).")
+@click.option("--set", "overrides", multiple=True, help="dotted.path=value, applied before fitting (repeatable).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Common random numbers.")
+@click.option("--max-evals", type=click.IntRange(min=0), default=200, show_default=True,
+              help="Nelder-Mead simulations per stage (0: keep the best start).")
+@click.option("--starts", type=click.IntRange(min=0), default=None,
+              help="Sobol candidates per stage besides the declared start (default 2^ceil(log2(4k)), at least 8).")
+@click.option("-o", "--out", "out", type=click.Path(), required=True,
+              help="Folder to write the calibration into: as the scenario's calibrations: entry in that folder (left "
+              "out while fitting), else calibration.yaml; NAME_report.md and NAME_plot.png beside it. A path ending "
+              "in .yaml is the file itself.")
+@quiet_option
+@user_errors
+def calibrate(scenario: str | None, scenario_option: str | None, logs: tuple[str, ...], tables: tuple[str, ...],
+              overrides: tuple[str, ...], seed: int, max_evals: int, starts: int | None, out: str) -> None:
+    """Fit SCENARIO's declared free parameters to measured tables, engine logs and request tables.
+
+    \b
+    sim calibrate scenarios/gen3_5090.yaml --table calibration/strata_gen3_5090.csv --out calibration
+    """
+    from sim.calibration.calibrate import calibrate as run_calibrate
+    from sim.calibration.files import calibration_yaml, plot_residuals, report_markdown
+    from sim.calibration.result import outside
+    from sim.core.output import atomic_write_text
+
+    if (scenario is None) == (scenario_option is None):
+        raise click.UsageError("give the SCENARIO to calibrate" if scenario is None else
+                               "give SCENARIO once (as the argument)")
+    scenario = scenario or scenario_option
+    if not logs and not tables:
+        raise click.UsageError("give at least one --log or --table")
+    out_file = calibration_out(scenario, out, "calibration.yaml")
+    folder = os.path.dirname(os.path.abspath(out_file))  # found out before a fit of minutes, not after it
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        pass
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise ScenarioError("--out", out, "a folder that exists, or can be made, and is writable")
+    res = run_calibrate(scenario, list(logs), list(tables), seed=seed, overrides=list(overrides), max_evals=max_evals,
+                        starts=starts, exclude=out_file, log=lambda msg: click.echo(msg, err=True))
+    import shlex
+
+    command = shlex.join(["sim", "calibrate", scenario,
+                          *(a for x in tables for a in ("--table", x)), *(a for x in logs for a in ("--log", x)),
+                          *(a for x in overrides for a in ("--set", x)), "--seed", str(seed), "--max-evals",
+                          str(max_evals), *(["--starts", str(starts)] if starts is not None else []),
+                          "--out", out_file])
+    stem = os.path.splitext(out_file)[0]
+    plot = stem + "_plot.png"
+    plot_residuals(res, plot)
+    atomic_write_text(stem + "_report.md", report_markdown(res, command, plot))
+    atomic_write_text(out_file, calibration_yaml(res, command))
+    for w in res.warnings:
+        click.echo(f"sim: warning: {w}", err=True)
+    missed = [r for r in res.residuals if outside(r)]
+    for r in missed[:5]:
+        click.echo(f"sim: warning: {r['target']} ({r['role']}) simulates {r['simulated']:.4g} against "
+                   f"{r['measured']:.4g} measured, outside its tolerance {r['tolerance']:g}", err=True)
+    if len(missed) > 5:
+        click.echo(f"sim: warning: and {len(missed) - 5} more cells outside their tolerance ({stem}_report.md marks "
+                   "them)", err=True)
+    for name, value in res.parameters.items():
+        sd = res.log_sd[name]
+        click.echo(f"{name} = {value:.6g} (relative standard error "
+                   f"{format(sd, '.1%') if math.isfinite(sd) else 'none: not pinned down'})")
+    click.echo(f"{plural(len(res.residuals), 'observation')}, {plural(res.evaluations, 'simulation')}; "
+               f"wrote {out_file}, report {stem}_report.md")
+    if getattr(res, "interrupted", False):
+        fail(f"interrupted in {res.stopped_in}: wrote {out_file} with the best values so far (not converged); the "
+             "same command fits again", 130)
+
+
+@main.command("validate")
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False))
+@click.option("--table", "tables", multiple=True, type=click.Path(dir_okay=False),
+              help="With SCENARIO: a measured table it maps under calibrate.tables (repeatable; default: those of its "
+              "tables found in ROOT/calibration/).")
+@click.option("--root", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="Project root holding scenarios/ and calibration/.")
+@click.option("--only", "groups", multiple=True, type=click.Choice(["loading", "strata", "concurrency", "basalt"]),
+              help="Check only these groups of the shipped tables (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the cells as JSON.")
+@quiet_option
+@user_errors
+def validate(scenario: str | None, tables: tuple[str, ...], root: str, groups: tuple[str, ...],
+             as_json: bool) -> None:
+    """Every shipped measured table against its scenario, or SCENARIO's own tables: measured, simulated, error and
+    tolerance per cell. Exits 1 when any claimed cell is outside its tolerance."""
+    from sim.calibration.validate import NOT_CHECKED, scenario_cells, scenario_tables
+    from sim.calibration.validate import validate as run_validate
+    from sim.core.output import dumps
+
+    not_checked = NOT_CHECKED
+    if scenario is None:
+        if tables:
+            raise click.UsageError("--table needs a SCENARIO whose calibrate.tables maps it")
+        cells = run_validate(root, list(groups) or None)
+    else:
+        if groups:
+            raise click.UsageError("--only picks groups of the shipped tables: give it without SCENARIO")
+        found, not_checked = scenario_tables(scenario, list(tables), root)
+        cells = scenario_cells(scenario, found)
+    outside = [c for c in cells if c.status == "OUTSIDE"]
+    if as_json:
+        click.echo(dumps({"cells": [c.as_dict() for c in cells], "outside": len(outside),
+                          "not_checked": not_checked}), nl=False)
+    else:
+        from sim.report import validate_text
+
+        click.echo(validate_text(cells, not_checked), nl=False)
+    if outside:
+        sys.exit(1)

@@ -3,8 +3,8 @@ every metric side by side with its change.
 
 A variant is a scenario file or a list of ``--set`` changes to the baseline. Runs are paired: the baseline and every
 variant run on the same seeds (common random numbers), so a change is the mechanism's, not the random stream's; with
-several seeds, each value is a median over seeds and each change a median with a 90% interval over the paired
-differences.
+several seeds, each value is a median over seeds and each change the median of the paired differences with their 5th
+and 95th percentiles (with few seeds, close to their range: a spread, not a confidence interval).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.config.load import load_scenario
-from sim.core.errors import ScenarioError
+from sim.core.errors import ScenarioError, combined
 from sim.core.progress import progress
 from sim.core.text import WIDTH, number, unit_of
 from sim.runner import run as run_scenario
@@ -49,8 +49,8 @@ def parse_variant(text: str, baseline: Case) -> Case:
         label, body = "", text
     sets = tuple(s.strip() for s in body.split(";") if s.strip())
     if not sets:
-        raise ScenarioError("--vs", text, "expected a scenario file, or changes PATH=VALUE[; PATH=VALUE...] to the "
-                                          "baseline, optionally named NAME: first")
+        raise ScenarioError("--vs", "", f"'{text}': expected a scenario file, or changes PATH=VALUE[; PATH=VALUE...] "
+                            "to the baseline, optionally named NAME: first")
     for s in sets:
         if "=" not in s:
             if s.endswith((".yaml", ".yml")):
@@ -70,9 +70,10 @@ class Comparison:
     metrics: list[str] = field(default_factory=list)  # in the order the runs report them
 
 
-def compare(baseline: Case, variants: Sequence[Case], seeds: Sequence[int]) -> Comparison:
-    """Run the baseline and every variant at every seed (each case validated before anything runs; a progress bar
-    on stderr as :mod:`sim.core.progress` says)."""
+def compare(baseline: Case, variants: Sequence[Case], seeds: Sequence[int],
+            patterns: Sequence[str] = ()) -> Comparison:
+    """Run the baseline and every variant at every seed (each case validated before anything runs, ``patterns``
+    checked against the first run's metrics; a progress bar on stderr as :mod:`sim.core.progress` says)."""
     variants = _unique_labels(variants)
     cases = [baseline, *variants]
     scenarios = [load_scenario(c.path, c.overrides)[0] for c in cases]
@@ -84,6 +85,8 @@ def compare(baseline: Case, variants: Sequence[Case], seeds: Sequence[int]) -> C
             runs = []
             for seed in seeds:
                 metrics = run_scenario(scn, seed).metrics
+                if not seen:
+                    select(list(metrics), patterns)  # a pattern that matches nothing fails now, not after every run
                 seen.update(dict.fromkeys(metrics))
                 runs.append(metrics)
                 bar.update()
@@ -114,9 +117,12 @@ def select(metrics: list[str], patterns: Sequence[str]) -> list[str]:
     if unmatched:
         import difflib
 
-        hint = difflib.get_close_matches(unmatched[0], metrics, n=1)
-        raise ScenarioError("--metric", unmatched[0], "matches no metric of these runs"
-                            + (f"; did you mean '{hint[0]}'?" if hint else " (sim run --json lists them)"))
+        errors = []
+        for p in unmatched:
+            hint = difflib.get_close_matches(p, metrics, n=1)
+            errors.append(ScenarioError("--metric", p, "matches no metric of these runs"
+                                        + (f"; did you mean '{hint[0]}'?" if hint else " (sim run --json lists them)")))
+        raise combined(errors)
     return picked
 
 
@@ -132,8 +138,10 @@ def _quantile(a: np.ndarray, q: float) -> float:
 
 def rows(cmp: Comparison, patterns: Sequence[str] = (), changed_only: bool = False) -> list[dict]:
     """One row per metric and variant: ``metric, variant, baseline, value, change, relative`` (value medians over
-    seeds; change the median of the paired differences, ``change_p5``/``change_p95`` its 90% interval when there are
-    several seeds; ``relative`` the change over the baseline's magnitude, empty when the baseline is 0)."""
+    seeds; change the median of the paired differences, ``change_p5``/``change_p95`` their 5th and 95th percentiles
+    when there are several seeds; ``relative`` the change over the baseline's magnitude, empty when the baseline is
+    0); ``same``: every seed's value equal to the baseline's. ``changed_only``: leave out metrics the same in every
+    variant."""
     out = []
     base = cmp.values[0]
     for m in select(cmp.metrics, patterns):
@@ -143,36 +151,33 @@ def rows(cmp: Comparison, patterns: Sequence[str] = (), changed_only: bool = Fal
             diff = vals[m] - b
             bm, vm, dm = _median(b), _median(vals[m]), _median(diff)
             row = {"metric": m, "variant": case.label, "baseline": bm, "value": vm, "change": dm,
-                   "relative": dm / abs(bm) if math.isfinite(dm) and math.isfinite(bm) and bm != 0 else math.nan}
+                   "relative": dm / abs(bm) if math.isfinite(dm) and math.isfinite(bm) and bm != 0 else math.nan,
+                   "same": bool(np.array_equal(b, vals[m], equal_nan=True))}
             if len(cmp.seeds) > 1:
                 row["change_p5"], row["change_p95"] = _quantile(diff, 0.05), _quantile(diff, 0.95)
             entries.append(row)
-        if changed_only and not patterns and all(_same(r) for r in entries):
+        if changed_only and not patterns and all(r["same"] for r in entries):
             continue
         out.extend(entries)
     return out
 
 
-def _same(row: dict) -> bool:
-    """No change: equal values, or absent from both runs."""
-    b, v = row["baseline"], row["value"]
-    return (b == v) or (math.isnan(b) and math.isnan(v))
-
-
-COLUMNS = ("metric", "variant", "baseline", "value", "change", "relative", "change_p5", "change_p95")
+COLUMNS = ("metric", "variant", "baseline", "value", "change", "relative", "change_p5", "change_p95", "same")
 
 
 def as_dict(cmp: Comparison, patterns: Sequence[str] = ()) -> dict:
     """What ``sim compare --json`` prints and ``--out`` writes as ``comparison.json``."""
     table = rows(cmp, patterns)
     metrics: dict[str, dict] = {}
+    same: dict[str, bool] = {}
     for r in table:
+        same[r["metric"]] = same.get(r["metric"], True) and r["same"]
         entry = metrics.setdefault(r["metric"], {"baseline": r["baseline"], "variants": {}})
         entry["variants"][r["variant"]] = {k: r[k] for k in ("value", "change", "relative", "change_p5",
                                                              "change_p95") if k in r}
     return {"baseline": _case_dict(cmp.baseline), "variants": [_case_dict(c) for c in cmp.variants],
             "seeds": cmp.seeds, "metrics": metrics,
-            "unchanged": sum(all(_same(r) for r in table if r["metric"] == m) for m in metrics)}
+            "unchanged": sum(same.values())}
 
 
 def _case_dict(c: Case) -> dict:
@@ -184,10 +189,10 @@ def _signed(value: float) -> str:
 
 
 def _change(r: dict, factor: float, unit: str) -> str:
-    """The change in the metric's unit (percentage points for a share), its relative size beside it, its 90% interval
-    over paired seeds when there are several."""
+    """The change in the metric's unit (percentage points for a share), its relative size beside it, the 5th and
+    95th percentiles of the paired differences when there are several seeds."""
     d = r["change"] * factor
-    if d == 0:
+    if r["same"]:
         return "="
     text = _signed(d) + (" pts" if unit == "%" else "")
     if unit != "%" and math.isfinite(r["relative"]):
@@ -230,7 +235,7 @@ def text(cmp: Comparison, patterns: Sequence[str] = (), show_all: bool = False) 
     by_metric: dict[str, list[dict]] = {}
     for r in table:
         by_metric.setdefault(r["metric"], []).append(r)
-    name_w = min(max([len(m) for m in metrics] + [6]), 40) + 2
+    name_w = min(max([len(m) for m in metrics] + [6]), 60) + 2
     left = []  # metric, unit, baseline
     cells: list[list[tuple[str, str]]] = []  # per metric, per variant: (value, change)
     for m in metrics:
@@ -269,10 +274,10 @@ def text(cmp: Comparison, patterns: Sequence[str] = (), show_all: bool = False) 
 def _brief_change(r: dict, factor: float, unit: str) -> str:
     """`` (+5.4%)``, `` (-0.61 pts)`` for a share, nothing when unchanged."""
     d = r["change"] * factor
-    if d == 0 or not math.isfinite(d):
+    if r["same"] or not math.isfinite(d):
         return ""
     if unit == "%":
-        return f" ({d:+.2f} pts)"
+        return f" ({_signed(d)} pts)"
     return f" ({r['relative']:+.1%})" if math.isfinite(r["relative"]) else f" ({_signed(d)})"
 
 

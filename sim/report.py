@@ -1,4 +1,5 @@
-"""Human-readable text for ``sim run`` and ``sim breakeven``."""
+"""Human-readable text for ``sim run`` (with ``--uncertainty`` too), ``sim breakeven`` and ``sim validate``: every line
+within 120 columns, one unit per quantity."""
 
 from __future__ import annotations
 

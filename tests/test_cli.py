@@ -33,7 +33,7 @@ def test_run_json_contract():
 
 
 def test_breakeven_json_contract():
-    r = invoke("breakeven", HOME_LAB, "--model", "9B", "--a", "mining_box", "--b", "rtx4090_box", "--json")
+    r = invoke("breakeven", HOME_LAB, "--model", "9B", "--machine", "mining_box", "--machine", "rtx4090_box", "--json")
     assert r.exit_code == 0
     out = json.loads(r.stdout)
     assert out["breakeven_tokens"] < out["clear_win_tokens"]
@@ -42,7 +42,7 @@ def test_breakeven_json_contract():
 
 
 def test_breakeven_text_mentions_both_counts():
-    r = invoke("breakeven", HOME_LAB, "--model", "9B", "--a", "mining_box", "--b", "rtx4090_box")
+    r = invoke("breakeven", HOME_LAB, "--model", "9B", "--machine", "mining_box", "--machine", "rtx4090_box")
     assert r.exit_code == 0 and "closed form" in r.stdout and "wins clearly" in r.stdout
     assert "20,389" in r.stdout and "from 98,240" in r.stdout and "below 10,288" in r.stdout
 
@@ -132,8 +132,9 @@ def test_unwritable_out_is_one_line_exit_2(tmp_path):
 
 
 def test_breakeven_bad_machine_exits_2():
-    r = CliRunner().invoke(main, ["breakeven", HOME_LAB, "--model", "9B", "--a", "mining_bx", "--b", "rtx4090_box"])
-    assert r.exit_code == 2 and "did you mean 'mining_box'" in r.stderr
+    r = CliRunner().invoke(main, ["breakeven", HOME_LAB, "--model", "9B", "--machine", "mining_bx",
+                                  "--machine", "rtx4090_box"])
+    assert r.exit_code == 2 and "did you mean 'mining_box'" in r.stderr and "--machine: no machine" in r.stderr
 
 
 def test_outputs_have_ordinary_permissions(tmp_path):
@@ -143,7 +144,7 @@ def test_outputs_have_ordinary_permissions(tmp_path):
 
 
 def test_breakeven_out_writes_evaluations(tmp_path):
-    r = invoke("breakeven", HOME_LAB, "--model", "9B", "--a", "mining_box", "--b", "rtx4090_box",
+    r = invoke("breakeven", HOME_LAB, "--model", "9B", "--machine", "mining_box", "--machine", "rtx4090_box",
                "--out", str(tmp_path / "b"))
     assert r.exit_code == 0
     assert sorted(os.listdir(tmp_path / "b")) == ["evaluations.csv", "summary.json"]

@@ -25,12 +25,21 @@ def test_version():
     assert r.exit_code == 0 and r.stdout.strip() == f"sim {version('sim')}"
 
 
-def test_every_command_takes_out_as_a_folder_with_o_as_its_alias():
-    """Each command that writes files has --out (a folder) and -o; none takes the old file-only form alone."""
+def test_every_command_that_writes_has_out_with_o_as_its_alias():
     for name, command in main.commands.items():
         opts = {o for p in command.params for o in p.opts}
         if "--out" in opts:
             assert "-o" in opts, name
+
+
+@pytest.mark.parametrize("args", [["run", HOME_LAB], ["compare", HOME_LAB, "--set", "seed=1"],
+                                  ["sweep", HOME_LAB, "--axis", "seed=1,2"],
+                                  ["breakeven", HOME_LAB, "--model", "9B", "--machine", "mining_box", "--machine",
+                                   "rtx4090_box"]])
+def test_out_is_a_folder_and_a_file_name_is_refused(args, tmp_path):
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "result.json")])
+    assert r.exit_code == 2 and "looks like a file name: expected a folder" in r.stderr
+    assert not (tmp_path / "result.json").exists()  # refused before anything ran
 
 
 def test_tables_with_no_rows_still_have_their_header(tmp_path):

@@ -119,7 +119,8 @@ def test_units_and_numbers():
     assert unit_of("pcie_spill_share") == ("%", 100.0) and unit_of("ttft_p99_s") == ("s", 1.0)
     assert unit_of("vram.gpu0.used_mib") == ("MiB", 1.0) and unit_of("expert_slots") == ("", 1.0)
     assert number(31862.3) == "31,862" and number(5785.0) == "5,785" and number(0.06026) == "0.06026"
-    assert number(float("nan")) == "-" and "e" not in number(1.5e-7)
+    assert number(float("nan")) == "-" and "e" not in number(1.5e-7) and number(1.5e-7).startswith("0.000000")
+    assert number(11.7) == "11.70" and number(1.381) == "1.381" and number(999.96) == "1,000"  # 4 digits each
 
 
 

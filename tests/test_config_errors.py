@@ -51,6 +51,18 @@ def test_the_typo_hint_prefers_the_missing_field():
     assert problems(raw) == ["f.yaml: models.m8.moe.layerz: unknown key; did you mean 'layers'?"]
 
 
+def test_the_typo_hint_is_the_closest_field_and_a_missing_one_stays_reported():
+    """``slot_lane`` is ``slot_lanes``, not the missing ``slot_gen``: the hint names the closest field, and a missing
+    field the hint does not name keeps its own line."""
+    raw = moe_scenario()
+    gpu = raw["machines"]["box"]["gpus"]["g0"]
+    gpu.pop("slot_gen", None)
+    gpu["slot_lane"] = gpu.pop("slot_lanes", 16)
+    lines = problems(raw)
+    assert lines == ["f.yaml: machines.box.gpus.g0.slot_gen: missing required key",
+                     "f.yaml: machines.box.gpus.g0.slot_lane: unknown key; did you mean 'slot_lanes'?"]
+
+
 def test_schema_problems_of_every_section_are_all_reported_in_file_order():
     raw = moe_scenario()
     raw["disks"]["d"]["read_gbps"] = "fast"

@@ -357,7 +357,8 @@ def test_breakeven_cli_prints_the_interval_and_json_carries_it():
 
     from sim.cli import main
 
-    args = ["breakeven", HOME_LAB, "--model", "9B", "--a", "mining_box", "--b", "rtx4090_box", "--uncertainty", "8"]
+    args = ["breakeven", HOME_LAB, "--model", "9B", "--machine", "mining_box", "--machine", "rtx4090_box",
+            "--uncertainty", "8"]
     text = CliRunner().invoke(main, args, catch_exceptions=False)
     assert text.exit_code == 0 and "over 8 draws" in text.output and "90% interval" in text.output
     data = json.loads(CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False).output)

@@ -43,7 +43,9 @@ def test_every_walkthrough_command_runs(user_folder):
         r = CliRunner().invoke(main, args[1:], catch_exceptions=False)
         assert r.exit_code == 0, f"{line}\n{r.output}"
         outputs[args[1]] = r.stdout
-    assert "decode" in outputs["run"]
+    assert "decode 134.5 tok/s" in outputs["run"] and "free 8.31 GiB" in outputs["run"]
+    readme_prose = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert "134.5 decode tok/s with 8.3 GiB of free VRAM" in readme_prose  # what the README says the run prints
     compare = outputs["compare"].splitlines()
     assert any(line.startswith("decode_tok_s") and "%" in line for line in compare)
     assert (user_folder / "runs" / "tenant" / "results.parquet").exists()

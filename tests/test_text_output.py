@@ -81,7 +81,7 @@ def test_sim_run_text_of_every_shipped_scenario_fits_in_120_columns(path):
 
 def test_breakeven_text_fits_and_counts_jobs():
     r = CliRunner().invoke(main, ["breakeven", os.path.join(ROOT, "scenarios", "home_lab.yaml"), "--model", "9B",
-                                  "--a", "mining_box", "--b", "rtx4090_box"], catch_exceptions=False)
+                                  "--machine", "mining_box", "--machine", "rtx4090_box"], catch_exceptions=False)
     assert r.exit_code == 0 and widest(r.stdout) <= WIDTH
     assert re.search(r"\d+ simulated jobs\)", r.stdout) and "generated tokens" in r.stdout
 

@@ -38,15 +38,38 @@ def user_errors(fn):
     return wrapper
 
 
+FILE_SUFFIXES = (".json", ".csv", ".yaml", ".yml", ".png", ".svg", ".pdf", ".parquet", ".txt", ".md", ".html",
+                 ".jpg", ".jpeg", ".gif", ".tif", ".tiff", ".bmp", ".webp", ".eps", ".ps", ".xlsx")  # named as files
+
+
 def out_path(out: str, name: str, suffixes: tuple[str, ...]) -> str:
     """The file ``--out`` names: ``name`` inside the folder ``out``, or ``out`` itself when it ends in one of
     ``suffixes`` (the file form earlier commands wrote). A path ending in another file type is refused."""
     suffix = os.path.splitext(out)[1].lower()
     if suffix in suffixes:
         return out
-    if suffix[1:].isalpha() and len(suffix) <= 5 and not os.path.isdir(out):
+    if suffix in FILE_SUFFIXES and not os.path.isdir(out):
         raise ScenarioError("--out", out, f"a folder to write {name} into, or a file ending in {', '.join(suffixes)}")
     return os.path.join(out, name)
+
+
+def out_folder(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--out`` of the commands that write several files: a folder; a path named like a file is refused (it would
+    become a folder of that name)."""
+    if value is not None and os.path.splitext(value)[1].lower() in FILE_SUFFIXES and not os.path.isdir(value):
+        raise click.BadParameter(f"'{value}' looks like a file name: expected a folder (the files inside it have "
+                                 "fixed names)", ctx=ctx, param=param)
+    return value
+
+
+def writable_folder(folder: str, given: str) -> None:
+    """Make ``folder`` (for ``--out``) or say why it cannot be written, before minutes of work rather than after."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        pass
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise ScenarioError("--out", given, "a folder that exists, or can be made, and is writable")
 
 
 def calibration_out(scenario: str, out: str, default: str) -> str:
@@ -76,23 +99,29 @@ quiet_option = click.option("--quiet", is_flag=True, expose_value=False, callbac
                             help="No progress display (there is none either when stderr is not a terminal).")
 
 
-def warn_implausible(config, path: str) -> None:
-    """Values that validate but are physically implausible, as warnings on stderr (the run goes on)."""
+def warn_implausible(config, path: str, skip: set[str] | frozenset[str] = frozenset()) -> set[str]:
+    """Values that validate but are physically implausible, as warnings on stderr (the run goes on); those in
+    ``skip`` (already said) are not repeated. Returns the warnings."""
     from sim.config.plausibility import plausibility_warnings
 
-    for w in plausibility_warnings(config, path):
-        click.echo(f"sim: warning: {w}", err=True)
+    found = plausibility_warnings(config, path)
+    for w in found:
+        if w not in skip:
+            click.echo(f"sim: warning: {w}", err=True)
+    return set(found)
 
 
 def common_options(fn):
+    """The options of the commands that run a scenario: --seed, --out (-o), --json, --set and --quiet."""
+    fn = quiet_option(fn)
     fn = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
                       help="Change a scenario value by dotted key path (repeatable).")(fn)
     fn = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout, nothing else.")(fn)
-    fn = click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=None,
+    fn = click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=None, callback=out_folder,
                       help="Write summary.json and tidy CSV tables into this folder.")(fn)
     fn = click.option("--seed", type=click.IntRange(min=0), default=None,
                       help="Random seed, a non-negative integer (default: the scenario's).")(fn)
-    return quiet_option(fn)
+    return fn
 
 
 class OneLineErrors(click.Group):
@@ -108,6 +137,9 @@ class OneLineErrors(click.Group):
         kwargs.pop("standalone_mode", None)
         try:
             return super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:  # plain `sim`: the help, as --help prints it
+            click.echo(exc.ctx.get_help() if exc.ctx else self.get_help(click.Context(self)))
+            sys.exit(0)
         except click.UsageError as exc:
             where = f"{exc.ctx.command_path}: " if exc.ctx else ""
             fail(where + exc.format_message().replace("\n", " "), 2)

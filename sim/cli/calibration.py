@@ -10,8 +10,7 @@ import sys
 
 import click
 
-from sim.cli.app import calibration_out, fail, main, quiet_option, user_errors
-from sim.core.errors import ScenarioError
+from sim.cli.app import calibration_out, fail, main, quiet_option, user_errors, writable_folder
 from sim.core.text import plural
 
 
@@ -86,13 +85,14 @@ def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
 
 
 @main.command("calibrate")
-@click.argument("scenario", required=False, type=click.Path(dir_okay=False))
+@click.argument("scenario", required=False, metavar="SCENARIO", type=click.Path(dir_okay=False))
 @click.option("--scenario", "scenario_option", default=None, hidden=True)  # before SCENARIO; still read
 @click.option("--log", "logs", multiple=True, type=click.Path(dir_okay=False), help="Engine log (repeatable).")
 @click.option("--table", "tables", multiple=True, type=click.Path(dir_okay=False),
               help="Measured table the scenario maps under calibrate.tables, or a CSV of requests with log-row "
               "columns (repeatable).")
-@click.option("--set", "overrides", multiple=True, help="dotted.path=value, applied before fitting (repeatable).")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+              help="Change a scenario value by dotted key path before fitting (repeatable).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Common random numbers.")
 @click.option("--max-evals", type=click.IntRange(min=0), default=200, show_default=True,
               help="Nelder-Mead simulations per stage (0: keep the best start).")
@@ -123,13 +123,7 @@ def calibrate(scenario: str | None, scenario_option: str | None, logs: tuple[str
     if not logs and not tables:
         raise click.UsageError("give at least one --log or --table")
     out_file = calibration_out(scenario, out, "calibration.yaml")
-    folder = os.path.dirname(os.path.abspath(out_file))  # found out before a fit of minutes, not after it
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError:
-        pass
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise ScenarioError("--out", out, "a folder that exists, or can be made, and is writable")
+    writable_folder(os.path.dirname(os.path.abspath(out_file)), out)  # found out before a fit of minutes
     res = run_calibrate(scenario, list(logs), list(tables), seed=seed, overrides=list(overrides), max_evals=max_evals,
                         starts=starts, exclude=out_file, log=lambda msg: click.echo(msg, err=True))
     import shlex

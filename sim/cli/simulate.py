@@ -6,7 +6,16 @@ import os
 
 import click
 
-from sim.cli.app import common_options, fail, main, quiet_option, user_errors, warn_implausible
+from sim.cli.app import (
+    common_options,
+    fail,
+    main,
+    out_folder,
+    quiet_option,
+    user_errors,
+    warn_implausible,
+    writable_folder,
+)
 
 
 @main.command()
@@ -69,10 +78,10 @@ def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, ove
 @click.option("--markdown", is_flag=True, help="Print a Markdown table instead: a row per case, a column per metric.")
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="First seed (default: the scenario's).")
 @click.option("--seeds", type=click.IntRange(min=1, max=1000), default=1, show_default=True,
-              help="Paired seeds per case: values are medians, changes medians of paired differences with a 90% "
-              "interval.")
+              help="Paired seeds per case: values are medians, changes medians of the paired differences with their "
+              "5th and 95th percentiles.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout, nothing else.")
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=None,
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=None, callback=out_folder,
               help="Write comparison.json and comparison.csv into this folder.")
 @quiet_option
 @user_errors
@@ -82,7 +91,7 @@ def compare(scenario: str, variants: tuple[str, ...], overrides: tuple[str, ...]
 
     \b
     sim compare scenarios/gen3_5090.yaml --set machines.strata_box.gpus.gpu0.reserved_gib=0
-    sim compare scenarios/gen3_5090.yaml --vs 'gen4: machines.strata_box.gpus.gpu0.slot_gen=4' --metric 'decode_*'
+    sim compare scenarios/gen3_5090.yaml --metric 'decode_*' --vs 'LRU: machines.strata_box.engine.policy=lru'
     """
     from sim.compare import COLUMNS, Case, as_dict, parse_variant, rows
     from sim.compare import compare as run_compare
@@ -93,6 +102,10 @@ def compare(scenario: str, variants: tuple[str, ...], overrides: tuple[str, ...]
 
     if not variants and not overrides:
         raise click.UsageError("give --set changes to compare against the scenario as it is, or --vs VARIANT")
+    if as_json and markdown:
+        raise click.UsageError("give --json or --markdown, not both")
+    if out_dir:
+        writable_folder(out_dir, out_dir)
     if variants:
         baseline = Case("baseline", scenario, overrides)
         cases = [parse_variant(v, baseline) for v in variants]
@@ -100,10 +113,13 @@ def compare(scenario: str, variants: tuple[str, ...], overrides: tuple[str, ...]
         baseline = Case("baseline", scenario)
         cases = [Case("; ".join(overrides), scenario, overrides)]
     base = load_scenario(scenario, baseline.overrides)[0]
-    warn_implausible(base, scenario)
+    warned = set()
+    for case in (baseline, *cases):  # each case's warnings once (a variant mostly repeats the baseline's)
+        config = base if case is baseline else load_scenario(case.path, case.overrides)[0]
+        warned |= warn_implausible(config, case.path, skip=warned)
     first = base.seed if seed is None else seed
     seed_list = list(range(first, first + seeds))
-    result = run_compare(baseline, cases, seed_list)
+    result = run_compare(baseline, cases, seed_list, patterns)
     if out_dir:
         write_outputs(out_dir, as_dict(result, patterns), {"comparison": Table(COLUMNS, rows(result, patterns))},
                       summary_name="comparison.json")
@@ -119,7 +135,7 @@ def compare(scenario: str, variants: tuple[str, ...], overrides: tuple[str, ...]
 
 @main.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("--model", required=True, help="Model key.")
+@click.option("--model", required=True, metavar="NAME", help="The model, a key under models.")
 @click.option("--machine", "machines", multiple=True, metavar="NAME",
               help="A machine to compare: give it twice, the first and the second.")
 @click.option("--a", "machine_a", default=None, hidden=True)  # before --machine; still read

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from sim.cli.app import fail, main, out_path, user_errors, warn_implausible
+from sim.cli.app import fail, main, out_folder, out_path, user_errors, warn_implausible
 from sim.core.text import plural
 
 
@@ -27,9 +27,9 @@ from sim.core.text import plural
               help="Local worker processes (default: the usable cores; 1 runs in this process).")
 @click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
               help="Run on an existing Dask cluster, e.g. tcp://HOST:8786 (needs the distributed package).")
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False), callback=out_folder,
               help="Folder of the results: results.parquet, results.csv, sweep.json, points/ (re-runs resume).")
-@click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--quiet", is_flag=True, help="No progress display (there is none either when stderr is not a terminal).")
 @user_errors
 def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None, seed: int | None,
           uncertainty: int | None, overrides: tuple[str, ...], workers: int | None, dask_address: str | None,
@@ -47,9 +47,7 @@ def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None,
     runs = len(plan.points) * plan.seeds * (plan.uncertainty or 1)
     dask = DaskBackend(dask_address) if dask_address is not None else None  # a wrong address fails now
     try:
-        if not quiet and runs >= 1000:
-            click.echo(f"sim sweep: checking the {runs:,} runs' scenarios...", err=True)
-        prepared = prepare_tasks(plan, seed)  # every point validated before anything runs
+        prepared = prepare_tasks(plan, seed, quiet)  # every point validated before anything runs
         from sim.config.load import load_scenario
 
         warn_implausible(load_scenario(plan.scenario, plan.base_sets)[0], plan.scenario)  # once, at the base
@@ -80,12 +78,15 @@ def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None,
 
 @main.command()
 @click.argument("folder", type=click.Path(file_okay=False))
-@click.option("--x", "x", default=None, help="Column on the x axis: an axis of the sweep or a metric.")
-@click.option("--y", "y", multiple=True, help="Metric on the y axis (repeatable: one panel each).")
-@click.option("--hue", default=None, help="Column whose values get their own line (colour, marker, dash).")
-@click.option("--facet", default=None, help="Column whose values get their own panel.")
-@click.option("--preset", default=None, help="A standard figure: cliff, hit_coverage, concurrency, headroom, "
-              "dispatch, load_breakdown (default with no --y: the sweep file's).")
+@click.option("--x", "x", default=None, metavar="COLUMN",
+              help="Column on the x axis: an axis of the sweep or a metric.")
+@click.option("--y", "y", multiple=True, metavar="METRIC", help="Metric on the y axis (repeatable: one panel each).")
+@click.option("--hue", default=None, metavar="COLUMN",
+              help="Column whose values get their own line (colour, marker, dash).")
+@click.option("--facet", default=None, metavar="COLUMN", help="Column whose values get their own panel.")
+@click.option("--preset", default=None, metavar="NAME",
+              help="A standard figure: cliff, hit_coverage, concurrency, headroom, dispatch, load_breakdown (default "
+              "with no --y: the sweep file's).")
 @click.option("-o", "--out", "out", required=True, type=click.Path(),
               help="Folder to write the figure into, as PRESET.FORMAT (figure.FORMAT without a preset); a path "
               "ending in .png, .svg or .pdf is the figure file itself.")

@@ -98,10 +98,13 @@ def _unknown_key(loc: tuple, missing: set[tuple]) -> tuple[str, tuple | None]:
     """The line for an unknown key, and the location of the missing field it was probably meant to be."""
     owner = model_for_path(loc)
     names = list(owner.model_fields) if owner else []
-    absent = [n for n in names if loc[:-1] + (n,) in missing]
-    hint = difflib.get_close_matches(str(loc[-1]), absent, n=1) or difflib.get_close_matches(str(loc[-1]), names, n=1)
-    if hint:
-        return f"unknown key; did you mean '{hint[0]}'?", (loc[:-1] + (hint[0],) if hint[0] in absent else None)
+    absent = {n for n in names if loc[:-1] + (n,) in missing}
+    typed = str(loc[-1])
+    scored = [(difflib.SequenceMatcher(None, typed, n).ratio(), n in absent, n) for n in names]
+    close = [s for s in scored if s[0] >= 0.6]  # difflib.get_close_matches' cutoff
+    if close:  # the closest field; a missing one only on a tie (it is then what the typo was meant to be)
+        _, _, hint = max(close, key=lambda s: (s[0], s[1]))
+        return f"unknown key; did you mean '{hint}'?", (loc[:-1] + (hint,) if hint in absent else None)
     return "unknown key" + (f"; expected one of {names}" if names else ""), None
 
 

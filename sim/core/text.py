@@ -90,28 +90,35 @@ def table(rows: Sequence[Sequence[str]], headers: Sequence[str] | Sequence[Seque
     return [line(r) for r in lines]
 
 
-# (name suffix, unit shown, factor): shares and rates print as percent, their changes in percentage points
+# (name suffix, unit shown, factor), first match wins: shares and rates print as percent (changes in percentage
+# points); a count (slots, requests) has no unit
 _UNITS = (("_share", "%", 100.0), ("hit_rate", "%", 100.0), ("expert_coverage", "%", 100.0), ("_tok_s", "tok/s", 1.0),
-          ("_gbps", "GB/s", 1.0), ("_gib", "GiB", 1.0), ("_mib", "MiB", 1.0), ("_j_per_token", "J/token", 1.0),
-          ("power_w", "W", 1.0), ("_per_s", "1/s", 1.0), ("_s", "s", 1.0))
+          ("_s_per_gb", "s/GB", 1.0), ("_gbps", "GB/s", 1.0), ("_gib", "GiB", 1.0), ("_gb", "GB", 1.0),
+          ("_mib", "MiB", 1.0), ("_j_per_token", "J/token", 1.0), ("power_w", "W", 1.0), ("_per_s", "1/s", 1.0),
+          ("_s", "s", 1.0))
 
 
 def unit_of(metric: str) -> tuple[str, float]:
-    """The unit a metric prints in, from its name (units are spelled in names), and the factor to it."""
-    base = metric.removesuffix("_median")
-    for suffix, unit, factor in _UNITS:
-        if base.endswith(suffix):
-            return unit, factor
+    """The unit a metric prints in, from its name (units are spelled in names: ``decode_tok_s``, ``link.M.G.gbps``,
+    ``job.J.estimate_s.MACHINE``), and the factor to it: the last part of the dotted name that spells one."""
+    for part in reversed(metric.split(".")):
+        base = "_" + part.removesuffix("_median")
+        for suffix, unit, factor in _UNITS:
+            if base.endswith(suffix):
+                return unit, factor
     return "", 1.0
 
 
 def number(value: float) -> str:
-    """A value to read: thousands separated, 4 significant digits, never an exponent below 10^15."""
+    """A value to read: a whole number as it is, thousands separated; else 4 significant digits, trailing zeros kept
+    (``11.70`` beside ``1.381``), never an exponent."""
     if not math.isfinite(value):
         return "-"
     if value == int(value) and abs(value) < 1e15:
         return f"{int(value):,}"
     if abs(value) >= 1000:
         return f"{value:,.0f}"
-    text = f"{value:.4g}"
-    return f"{value:.6f}".rstrip("0") if "e" in text else text
+    import numpy as np
+
+    text = np.format_float_positional(value, precision=4, unique=False, fractional=False, trim="k")
+    return f"{float(text):,.0f}" if text.endswith(".") else text  # 999.96 rounds to 1000.

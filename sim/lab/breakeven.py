@@ -64,7 +64,7 @@ def _check_names(scn: Scenario, model: str, a: str, b: str) -> None:
 
     if model not in scn.models:
         raise unknown("--model", model, list(scn.models), "model")
-    for flag, name in (("--a", a), ("--b", b)):
+    for flag, name in (("--machine", a), ("--machine", b)):
         if name not in scn.machines:
             raise unknown(flag, name, list(scn.machines), "machine")
         if scn.machines[name].disk is None:
@@ -72,7 +72,7 @@ def _check_names(scn: Scenario, model: str, a: str, b: str) -> None:
         if model not in scn.machines[name].decode_tok_s:
             raise ScenarioError(flag, f"machines.{name}.decode_tok_s", f"no decode rate for model '{model}'")
     if a == b:
-        raise ScenarioError("--b", "", f"'{b}' is also --a: expected two different machines")
+        raise ScenarioError("--machine", "", f"'{b}' given twice: expected two different machines")
 
 
 def breakeven(scn: Scenario, model: str, a: str, b: str, seed: int) -> dict:

@@ -74,7 +74,7 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
 
         x, hue = (plan.plot.x, plan.plot.hue) if plan.plot else (None, None)
         plan.measured_points = resolve_overlays(plan.measured, plan.sweep_file, x, hue)
-    tasks, names, held = prepared or prepare_tasks(plan, seed)
+    tasks, names, held = prepared or prepare_tasks(plan, seed, quiet)
     store = Store(out_dir)
     store.open()
     records: dict[int, dict] = {}

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from sim.config.load import load_scenario
 from sim.config.scenario import Scenario
+from sim.core.progress import Bar, progress
 from sim.sweeps.keys import run_key
 from sim.sweeps.spec import Plan
 
@@ -36,13 +37,20 @@ class SweepResult:
     held: list[str] = field(default_factory=list)
 
 
-def prepare_tasks(plan: Plan, seed: int | None) -> tuple[list[Task], list[str], list[str]]:
+def prepare_tasks(plan: Plan, seed: int | None, quiet: bool = False) -> tuple[list[Task], list[str], list[str]]:
     """Validate every point (a bad value is one line naming its --set) and key every run; (tasks, drawn parameter
-    names, held parameter names)."""
+    names, held parameter names). A progress bar over the points on stderr (see :mod:`sim.core.progress`) unless
+    ``quiet``."""
+    with progress(len(plan.point_sets), "checking points", unit="point", disable=quiet) as bar:
+        return _prepare(plan, seed, bar)
+
+
+def _prepare(plan: Plan, seed: int | None, bar: Bar) -> tuple[list[Task], list[str], list[str]]:
     tasks: list[Task] = []
     names: list[str] = []
     held: list[str] = []
     for p, sets in enumerate(plan.point_sets):
+        bar.update()
         scn, resolved = load_scenario(plan.scenario, sets)
         base = scn.seed if seed is None else seed
         if plan.uncertainty:

@@ -198,7 +198,7 @@ def test_cli_logs_summary_csv_and_json(tmp_path):
     from sim.cli import main
 
     log = tmp_path / "mixed.log"
-    log.write_text(BASALT + "\nnot a log line\n\x00\xff garbage\n")
+    log.write_text(BASALT + "\nnot a log line\n\x07\xff garbage\n")
     r = CliRunner().invoke(main, ["logs", str(log)])
     assert r.exit_code == 0 and "1 row," in r.output and "2 not understood" in r.output
     r = CliRunner().invoke(main, ["logs", str(log), "--json"])

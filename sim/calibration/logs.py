@@ -17,100 +17,163 @@ Formats are detected per line; several entries run together on one line are all 
 - vLLM periodic statistics (``Avg prompt throughput: ... tokens/s, Avg generation throughput: ... tokens/s, Running:
   <n> reqs, Waiting|Pending: <n> reqs, GPU KV cache usage: <%>, Prefix cache hit rate: <%>``), v0 and v1.
 
-Anything else is counted as not understood (with the first few examples); nothing raises on any input.
+Lines are paired only within one request block: consecutive lines of one source (a llama.cpp block ends at a
+line of another format or prefix, a blank line, a line not understood or a new request's start); a half whose other
+half never came is counted as incomplete, never paired with another source's line. Every value read is checked
+against its physical range (shares 0-1, times and counts >= 0, finite numbers, rates > 0 where something was
+timed); a line with a value outside it, or longer than 65,536 characters, is counted as not understood with the
+reason. Anything else is counted as not understood (with the first few examples); nothing raises on any input.
+Rows are handed on as they are completed (``read_logs(..., sink=...)``), so a log of any length is read in bounded
+memory.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
-from collections.abc import Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from sim.core.text import plural
+from sim.calibration.logs_io import MAX_LINE, SUMMARY_KEYS, LongLine, check_text_file, file_lines, summary_lines
+from sim.calibration.logs_patterns import (
+    ANSI,
+    BASALT_AUTO,
+    BASALT_DONE,
+    BASALT_LOADED,
+    BASALT_READ,
+    LINE_PREFIX,
+    LLAMA_CHATTER,
+    LLAMA_DRAFT,
+    LLAMA_EVAL,
+    LLAMA_IDS,
+    LLAMA_OTHER,
+    LLAMA_PROMPT,
+    LLAMA_SLOT,
+    LLAMA_TOTAL,
+    LOADED_PART,
+    NUM,
+    STRATA_HIT,
+    STRATA_PROBE,
+    STRATA_PROMPT,
+    STRATA_SLOTS,
+    STRATA_START,
+    VLLM_FIELDS,
+    VLLM_PERCENT,
+    VLLM_PREFIX_LINE,
+    VLLM_SPEC,
+    VLLM_SPEC_RATE,
+    VLLM_STATS,
+)
+
+__all__ = ["EXAMPLES", "MAX_LINE", "NUM", "ROW_FIELDS", "LogTable", "OutOfRange", "log_sources", "read_logs",
+           "summary_lines"]
 
 ROW_FIELDS = ("engine", "line", "prompt_tokens", "cached_tokens", "prefill_s", "prefill_tok_s", "output_tokens",
               "decode_s", "decode_tok_s", "ttft_s", "acceptance", "expert_hit_rate", "pcie_share", "end_reason",
               "prompt_throughput_tok_s", "generation_throughput_tok_s", "running", "waiting", "kv_usage",
               "prefix_hit_rate")
-NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 EXAMPLES = 5
+SHARES = frozenset(("acceptance", "expert_hit_rate", "pcie_share", "kv_usage", "prefix_hit_rate"))
+NON_NEGATIVE = frozenset(("prompt_tokens", "cached_tokens", "output_tokens", "running", "waiting", "prefill_s",
+                          "decode_s", "ttft_s", "prompt_throughput_tok_s", "generation_throughput_tok_s"))
+RATES = frozenset(("prefill_tok_s", "decode_tok_s"))  # > 0 when tokens were timed, else >= 0
 
-BASALT_DONE = re.compile(
-    rf"\bs(?P<slot>\d+)\s+done\s+pp\s*=\s*(?P<prompt>\d+)\s*/\s*(?P<cached>\d+)\s*c\s+(?P<prefill_s>{NUM})\s*s"
-    rf"(?:\s+(?P<prefill_rate>{NUM})\s*t/s)?\s+tg\s*=\s*(?P<out>\d+)\s+(?P<decode_rate>{NUM})\s*t/s"
-    rf"(?:\s+acc\s*=\s*(?P<acc>{NUM})\s*%)?\s+ttft\s*=\s*(?P<ttft>{NUM})\s*s\s+end\s*=\s*(?P<end>\w+)"
-    rf"(?:\s+hit\s*=\s*(?P<hit>{NUM})\s*%)?(?:\s+pcie\s*=\s*(?P<pcie>{NUM})\s*%)?")
-BASALT_READ = re.compile(r"\bs\d+\s+read\b")
-BASALT_LOADED = re.compile(
-    rf"\bloaded\s+(?P<gib>{NUM})\s*GiB\s+(?P<s>{NUM})\s*s(?P<rest>(?:\s+[\w-]+=\s*{NUM}\s*GiB)+)")
-BASALT_AUTO = re.compile(rf"\bauto\s+resident\s*=\s*(?P<gb>{NUM})\s*GB\s+pool\s*=\s*(?P<pool>\d+)")
-STRATA_PROMPT = re.compile(
-    rf"strata serve:\s+prompt\s+(?P<prompt>\d+)\s+tokens\s*=\s*(?P<reused>\d+)\s+reused\s*\+\s*(?P<read>\d+)\s+read"
-    rf"\s+in\s+(?P<prefill_ms>{NUM})\s*ms,\s*(?P<out>\d+)\s+generated\s+in\s+(?P<decode_ms>{NUM})\s*ms"
-    rf"\s*\(\s*(?P<rate>{NUM})\s*tok/s\s*\)(?:,\s*drafts accepted\s*(?P<acc>{NUM})?\s*%?)?")
-STRATA_HIT = re.compile(
-    rf"strata serve:\s+decode expert cache hit rate:\s*(?P<hit>{NUM})\s*%\s*\(\s*(?P<hits>\d+)\s+hits\s*/\s*"
-    rf"(?P<lookups>\d+)\s+lookups\s*\)(?:;\s*(?P<more>\d+)\s+more read[^(]*\(\s*(?P<pcie>{NUM})\s*%\s+of all\s+"
-    rf"(?P<routed>\d+)\s+routed\s*\))?")
-STRATA_START = re.compile(r"strata (?:generate|serve):\s+(?:PCIe probe|expert cache auto|profile|pre-filled)")
-STRATA_SLOTS = re.compile(rf"expert cache auto:\s*(?P<free>{NUM})\s*GiB free,\s*(?P<reserve>{NUM})\s*MiB reserved"
-                          rf"(?:\s*\(\+(?P<head>{NUM})\s*MiB[^)]*\))?\s*->\s*(?P<slots>\d+)\s+slots")
-STRATA_PROBE = re.compile(rf"PCIe probe:\s*(?P<gbps>{NUM})\s*GB/s")
-LNUM = r"\d+(?:[.,]\d+)?|[-+]?nan|inf"  # llama.cpp prints %.2f, with a decimal comma in some locales
-LLAMA_PROMPT = re.compile(
-    rf"(?:prompt\s+eval|peval) time\s*=\s*(?P<ms>{LNUM})\s*ms\s*/\s*(?P<n>\d+)\s*(?:tokens|runs)"
-    rf"(?:\s*\(\s*(?P<per>{LNUM})\s*ms per (?:token|run),?\s*(?:(?P<rate>{LNUM})\s*tokens per second)?\s*\))?")
-LLAMA_EVAL = re.compile(
-    rf"(?<![\w])(?:generation )?eval time\s*=\s*(?P<ms>{LNUM})\s*ms\s*/\s*(?P<n>\d+)\s*(?:tokens|runs)"
-    rf"(?:\s*\(\s*(?P<per>{LNUM})\s*ms per (?:token|run),?\s*(?:(?P<rate>{LNUM})\s*tokens per second)?\s*\))?")
-LLAMA_TOTAL = re.compile(rf"total time\s*=\s*(?P<ms>{LNUM})\s*ms(?:\s*/\s*(?P<n>\d+)\s*tokens)?")
-LLAMA_OTHER = re.compile(r"(?:load|sample|sampling|samplers|unaccounted) time\s*=|graphs reused\s*=")
-LLAMA_SLOT = re.compile(r"\bslot\s+print_timings?\s*:\s*id\s+\d+\s*\|\s*task\s+-?\d+\s*\|\s*$")
-LLAMA_CHATTER = re.compile(r"^(?:slot|srv)\s+[\w ]{1,14}:\s|^INFO\s*\[\s*[\w ]+\]")
-LLAMA_DRAFT = re.compile(rf"draft acceptance(?: rate)?\s*=\s*(?P<rate>{LNUM})")
-LINE_PREFIX = re.compile(r"^(?:\[\d+\]\s*)?(?:\d+\.\d{2}\.\d{3}\.\d{3}\s+[IWED]\s+)?")
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-VLLM_STATS = re.compile(r"Avg prompt throughput:")
-VLLM_FIELDS = {
-    "prompt_throughput_tok_s": re.compile(rf"Avg prompt throughput:\s*(?P<v>{NUM})\s*tokens/s"),
-    "generation_throughput_tok_s": re.compile(rf"Avg generation throughput:\s*(?P<v>{NUM})\s*tokens/s"),
-    "running": re.compile(r"Running:\s*(?P<v>\d+)\s*reqs"),
-    "waiting": re.compile(r"(?:Waiting|Pending):\s*(?P<v>\d+)\s*reqs"),
-    "kv_usage": re.compile(rf"GPU KV cache usage:\s*(?P<v>{NUM})\s*%"),
-    "prefix_hit_rate": re.compile(rf"(?<!External )(?<!MM )Prefix cache hit rate:\s*(?:GPU:\s*)?(?P<v>{NUM})\s*%"),
-}
-VLLM_PREFIX_LINE = re.compile(rf"Prefix cache hit rate:\s*GPU:\s*(?P<v>{NUM})\s*%")
-VLLM_SPEC = re.compile(rf"(?:Speculative metrics|SpecDecoding metrics):.*?Draft acceptance rate:\s*"
-                       rf"(?P<v>{NUM}|nan)(?P<pct>\s*%)?")
-VLLM_PERCENT = ("kv_usage", "prefix_hit_rate")
 
-@dataclass
-class LogTable:
-    """What a log says: request and statistics rows, start-up facts, and what was not understood."""
-
-    rows: list[dict] = field(default_factory=list)
-    facts: list[dict] = field(default_factory=list)  # start-up lines: placement, slots, link probe
-    lines: int = 0
-    not_understood: int = 0
-    examples: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line number, text)
-    incomplete: int = 0  # a request summary whose second half never came
+class OutOfRange(ValueError):
+    """A value read outside its physical range: its line is counted as not understood, with this reason."""
 
 
 def _f(text: str | None) -> float | None:
-    if text is None:
+    """A number as printed; None when absent or printed as nan / inf (not measured). A number too large to be
+    finite raises OutOfRange."""
+    if text is None or text.strip().lstrip("+-").lower() in ("nan", "inf"):
         return None
     try:
         value = float(text.replace(",", "."))
     except ValueError:
         return None
-    return value if math.isfinite(value) else None
+    if not math.isfinite(value):
+        raise OutOfRange(f"{text.strip()} is not a finite number")
+    return value
+
+
+def _check(values: dict) -> dict:
+    """``values`` (row fields) when each is inside its physical range, else OutOfRange naming the first outside."""
+    for key, v in values.items():
+        if v is None or isinstance(v, str):
+            continue
+        if not math.isfinite(v):
+            raise OutOfRange(f"{key} {v} is not finite")
+        if key in SHARES and not 0 <= v <= 1:
+            raise OutOfRange(f"{key} {v:g} is outside 0-1")
+        if (key in NON_NEGATIVE or key in RATES) and v < 0:
+            raise OutOfRange(f"{key} {v:g} is negative")
+        if key in RATES and v == 0:
+            timed = ((values.get("prompt_tokens") or 0) - (values.get("cached_tokens") or 0)
+                     if key == "prefill_tok_s" else values.get("output_tokens") or 0)
+            if timed > 0:
+                raise OutOfRange(f"{key} is 0 for {timed} tokens")
+    return values
+
+
+def _check_fact(fact: dict) -> dict:
+    """A start-up fact whose numbers are all finite and >= 0, else OutOfRange."""
+    for key, v in fact.items():
+        if isinstance(v, (int, float)) and not (math.isfinite(v) and v >= 0):
+            raise OutOfRange(f"{fact['kind']} {key} {v:g} is outside its range (>= 0)")
+    return fact
+
+
+@dataclass
+class LogTable:
+    """What a log says: request and statistics rows, start-up facts, and what was not understood. ``rows`` holds
+    the rows only when no sink took them; ``row_count`` and ``engines`` (per engine: rows and the summary's
+    columns) always count them."""
+
+    rows: list[dict] = field(default_factory=list)
+    facts: list[dict] = field(default_factory=list)  # start-up lines: placement, slots, link probe
+    lines: int = 0
+    not_understood: int = 0
+    examples: list[tuple[str, int, str, str | None]] = field(default_factory=list)  # (file, line, text, reason)
+    incomplete: int = 0  # a request summary or timing block whose other half never came
+    row_count: int = 0
+    engines: dict[str, tuple[list[int], dict[str, array]]] = field(default_factory=dict)
+    sink: Callable[[dict], None] | None = None
+    last: dict | None = None  # the latest row, still open to the line after it (a draft or prefix rate)
+
+    def add(self, row: dict) -> None:
+        """A completed row; the one before it is handed on."""
+        self.close_last()
+        self.last = row
+
+    def close_last(self) -> None:
+        """Hand on the latest row: counted, its summary columns kept, kept or given to the sink."""
+        row, self.last = self.last, None
+        if row is None:
+            return
+        self.row_count += 1
+        count, columns = self.engines.setdefault(row["engine"], ([0], {k: array("d") for k, _, _ in SUMMARY_KEYS}))
+        count[0] += 1
+        for key, _, scale in SUMMARY_KEYS:
+            if row[key] is not None:
+                columns[key].append(row[key] * scale)
+        if self.sink is None:
+            self.rows.append(row)
+        else:
+            self.sink(row)
 
 
 def _row(engine: str, where: str, **values) -> dict:
     row = dict.fromkeys(ROW_FIELDS)
     row.update(engine=engine, line=where, **values)
     return row
+
+
+def _pct(text: str | None) -> float | None:
+    value = _f(text)
+    return None if value is None else value / 100
 
 
 def _basalt(m: re.Match, where: str) -> dict:
@@ -121,76 +184,134 @@ def _basalt(m: re.Match, where: str) -> dict:
     pre_rate = _f(m["prefill_rate"])
     if pre_rate is None and prefill_s:
         pre_rate = (prompt - cached) / prefill_s
-    return _row("basalt", where, prompt_tokens=prompt, cached_tokens=cached, prefill_s=prefill_s,
-                prefill_tok_s=pre_rate, output_tokens=out, decode_tok_s=rate,
-                decode_s=out / rate if rate else None, ttft_s=_f(m["ttft"]),
-                acceptance=None if m["acc"] is None else _f(m["acc"]) / 100, end_reason=m["end"],
-                expert_hit_rate=None if m["hit"] is None else _f(m["hit"]) / 100,
-                pcie_share=None if m["pcie"] is None else _f(m["pcie"]) / 100)
+    return _check(_row("basalt", where, prompt_tokens=prompt, cached_tokens=cached, prefill_s=prefill_s,
+                       prefill_tok_s=pre_rate, output_tokens=out, decode_tok_s=rate,
+                       decode_s=out / rate if rate else None, ttft_s=_f(m["ttft"]),
+                       acceptance=None if m["acc"] is None else _f(m["acc"]) / 100, end_reason=m["end"],
+                       expert_hit_rate=None if m["hit"] is None else _f(m["hit"]) / 100,
+                       pcie_share=None if m["pcie"] is None else _f(m["pcie"]) / 100))
+
+
+def _tag(prefix: str) -> str:
+    """Which source printed a llama.cpp timing line: its prefix without spacing and numbers, but with slot and task
+    ids (a timestamp differs from line to line; a slot or task is another request)."""
+    return re.sub(r"\d+", "#", "".join(prefix.split())) + "|" + ",".join(LLAMA_IDS.findall(prefix))
 
 
 class _Reader:
+    """One file's reader: the request blocks open in it, and the rows of the line being read (kept only when the
+    whole line is understood)."""
+
     def __init__(self, table: LogTable) -> None:
         self.t = table
+        self.staged: list[dict] = []  # rows of the current line
         self.strata: dict | None = None  # a Strata request waiting for its hit-rate line
         self.llama: dict | None = None  # a llama.cpp timing block being read
+        self.llama_tag = ""
         self.draft: float | None = None
+        self.closed_tag: str | None = None  # the source of the llama.cpp block its total line just closed
+        self.after_stats = False  # the line before was a vLLM statistics line
 
-    def flush_llama(self) -> None:
+    def last_row(self) -> dict | None:
+        return self.staged[-1] if self.staged else self.t.last
+
+    def commit(self) -> None:
+        for row in self.staged:
+            self.t.add(row)
+        self.staged = []
+
+    def switch(self, source: str) -> None:
+        """A line of ``source`` (basalt, strata, vllm, llama): it ends the blocks of the other sources."""
+        if source != "llama":
+            self.flush_llama()
+            self.closed_tag = self.draft = None
+        if source != "strata" and self.strata is not None:
+            self.strata = None
+            self.t.incomplete += 1
+        self.after_stats = False
+
+    def blank(self) -> None:
+        """A blank line: a new block of lines follows."""
+        self.flush_llama()
+        self.closed_tag = self.draft = None
+        self.after_stats = False
+        self.commit()
+
+    def failed(self) -> None:
+        """The line was not understood: its rows are dropped and every open block ends."""
+        self.staged = []
+        self.switch("")
+        self.commit()
+
+    def finish(self) -> None:
+        self.switch("")
+        self.commit()
+
+    def flush_llama(self) -> bool:
+        """End the open llama.cpp block: a row when it has both halves, else an incomplete one. True for a row."""
         b, self.llama = self.llama, None
-        if b is None or b.get("output_tokens") is None and b.get("prompt_tokens") is None:
-            return
+        if b is None:
+            return False
+        if b["output_tokens"] is None or b["prompt_tokens"] is None:
+            self.t.incomplete += 1
+            self.draft = None
+            return False
         b["acceptance"] = self.draft
         self.draft = None
-        if b.get("prefill_s") is not None and b.get("ttft_s") is None:
+        if b["prefill_s"] is not None and b["ttft_s"] is None:
             b["ttft_s"] = b["prefill_s"]
-        self.t.rows.append(b)
+        self.staged.append(b)
+        return True
 
     def _strata_prompt(self, m: re.Match, where: str) -> None:
-        if self.strata is not None:
-            self.t.incomplete += 1
         out, decode_ms = int(m["out"]), _f(m["decode_ms"])
         read, prefill_ms = int(m["read"]), _f(m["prefill_ms"])
-        self.strata = _row("strata", where, prompt_tokens=int(m["prompt"]), cached_tokens=int(m["reused"]),
-                           prefill_s=None if prefill_ms is None else prefill_ms / 1000,
-                           prefill_tok_s=read / (prefill_ms / 1000) if prefill_ms else None, output_tokens=out,
-                           decode_s=None if decode_ms is None else decode_ms / 1000, decode_tok_s=_f(m["rate"]),
-                           ttft_s=None if prefill_ms is None else prefill_ms / 1000,
-                           acceptance=None if m["acc"] is None else _f(m["acc"]) / 100)
+        row = _check(_row("strata", where, prompt_tokens=int(m["prompt"]), cached_tokens=int(m["reused"]),
+                          prefill_s=None if prefill_ms is None else prefill_ms / 1000,
+                          prefill_tok_s=read / (prefill_ms / 1000) if prefill_ms else None, output_tokens=out,
+                          decode_s=None if decode_ms is None else decode_ms / 1000, decode_tok_s=_f(m["rate"]),
+                          ttft_s=None if prefill_ms is None else prefill_ms / 1000,
+                          acceptance=None if m["acc"] is None else _f(m["acc"]) / 100))
+        if self.strata is not None:
+            self.t.incomplete += 1
+        self.strata = row
 
     def _strata_hit(self, m: re.Match) -> None:
+        hit = _check({"expert_hit_rate": _pct(m["hit"]), "pcie_share": _pct(m["pcie"])})
         if self.strata is None:
             self.t.incomplete += 1
             return
         row, self.strata = self.strata, None
-        hit = _f(m["hit"])
-        row["expert_hit_rate"] = None if hit is None else hit / 100
-        row["pcie_share"] = None if m["pcie"] is None or _f(m["pcie"]) is None else _f(m["pcie"]) / 100
-        self.t.rows.append(row)
+        row.update(hit)
+        self.staged.append(row)
 
     def line(self, text: str, where: str) -> bool:
         """Read one line; True when something in it was understood."""
-        found = False
-        for m in BASALT_DONE.finditer(text):
-            self.t.rows.append(_basalt(m, where))
-            found = True
-        if found:
+        done = [_basalt(m, where) for m in BASALT_DONE.finditer(text)]
+        if done:
+            self.switch("basalt")
+            self.staged += done
             return True
         if BASALT_READ.search(text):
+            self.switch("basalt")
             return True
         m = BASALT_LOADED.search(text)
         if m:
-            parts = dict(re.findall(rf"([\w-]+)=\s*({NUM})\s*GiB", m["rest"]))
-            self.t.facts.append({"engine": "basalt", "line": where, "kind": "loaded", "gib": _f(m["gib"]),
-                                 "seconds": _f(m["s"]), **{f"{k}_gib": _f(v) for k, v in parts.items()}})
+            parts = LOADED_PART.findall(m["rest"])
+            self.switch("basalt")
+            self.t.facts.append(_check_fact({"engine": "basalt", "line": where, "kind": "loaded", "gib": _f(m["gib"]),
+                                             "seconds": _f(m["s"]), **{f"{k}_gib": _f(v) for k, v in parts}}))
             return True
         m = BASALT_AUTO.search(text)
         if m:
-            self.t.facts.append({"engine": "basalt", "line": where, "kind": "auto", "resident_gb": _f(m["gb"]),
-                                 "pool": int(m["pool"])})
+            self.switch("basalt")
+            self.t.facts.append(_check_fact({"engine": "basalt", "line": where, "kind": "auto",
+                                             "resident_gb": _f(m["gb"]), "pool": int(m["pool"])}))
             return True
         strata = sorted([(m.start(), "prompt", m) for m in STRATA_PROMPT.finditer(text)]
                         + [(m.start(), "hit", m) for m in STRATA_HIT.finditer(text)], key=lambda e: e[0])
+        if strata:
+            self.switch("strata")
         for _, kind, m in strata:  # request summaries, in order (both halves may share a line)
             if kind == "prompt":
                 self._strata_prompt(m, where)
@@ -199,17 +320,23 @@ class _Reader:
         if strata:
             return True
         if STRATA_START.search(text):
+            self.switch("strata")
             m = STRATA_SLOTS.search(text)
             if m:
-                self.t.facts.append({"engine": "strata", "line": where, "kind": "expert_cache",
-                                     "free_gib": _f(m["free"]), "reserve_mib": _f(m["reserve"]),
-                                     "head_mib": _f(m["head"]), "slots": int(m["slots"])})
+                self.t.facts.append(_check_fact({"engine": "strata", "line": where, "kind": "expert_cache",
+                                                 "free_gib": _f(m["free"]), "reserve_mib": _f(m["reserve"]),
+                                                 "head_mib": _f(m["head"]), "slots": int(m["slots"])}))
             m = STRATA_PROBE.search(text)
             if m:
-                self.t.facts.append({"engine": "strata", "line": where, "kind": "pcie_probe",
-                                     "gbps": _f(m["gbps"])})
+                self.t.facts.append(_check_fact({"engine": "strata", "line": where, "kind": "pcie_probe",
+                                                 "gbps": _f(m["gbps"])}))
             return True
+        return self._vllm(text, where)
+
+    def _vllm(self, text: str, where: str) -> bool:
         starts = [m.start() for m in VLLM_STATS.finditer(text)]
+        if starts:
+            self.switch("vllm")
         for j, at in enumerate(starts):  # one row per statistics entry, even two on one line
             segment = text[at:starts[j + 1] if j + 1 < len(starts) else len(text)]
             values: dict = {}
@@ -219,123 +346,123 @@ class _Reader:
                     v = _f(m["v"])
                     values[key] = v / 100 if key in VLLM_PERCENT and v is not None else (
                         int(m["v"]) if key in ("running", "waiting") else v)
-            self.t.rows.append(_row("vllm", where, **values))
+            self.staged.append(_row("vllm", where, **_check(values)))
         if starts:
+            self.after_stats = True
             return True
-        m = VLLM_PREFIX_LINE.search(text)  # v0 prints the prefix-cache hit rate on a line of its own
+        m = VLLM_PREFIX_LINE.search(text)  # v0 prints the prefix-cache hit rate on the line after the statistics
         if m:
-            last = self.t.rows[-1] if self.t.rows else None
+            rate = _check({"prefix_hit_rate": _pct(m["v"])})["prefix_hit_rate"]
+            last = self.last_row() if self.after_stats else None
+            self.switch("vllm")
             if last is not None and last["engine"] == "vllm" and last["prefix_hit_rate"] is None:
-                last["prefix_hit_rate"] = _f(m["v"]) / 100 if _f(m["v"]) is not None else None
+                last["prefix_hit_rate"] = rate
             return True
         m = VLLM_SPEC.search(text)
+        m = None if m is None else VLLM_SPEC_RATE.search(text, m.end())
         if m:
             v = _f(m["v"])
-            self.t.rows.append(_row("vllm", where, acceptance=None if v is None else (v / 100 if m["pct"] else v)))
+            acceptance = _check({"acceptance": None if v is None else (v / 100 if m["pct"] else v)})
+            self.switch("vllm")
+            self.staged.append(_row("vllm", where, **acceptance))
             return True
         return self._llama(text, where)
+
+    def _open(self, tag: str, where: str) -> dict:
+        if self.llama is None:
+            self.llama, self.llama_tag = _row("llama.cpp", where), tag
+        return self.llama
 
     def _llama(self, text: str, where: str) -> bool:
         """llama.cpp timing lines; several on one line are taken in order of position."""
         prompts = list(LLAMA_PROMPT.finditer(text))
-        spans = [(m.start(), m.end()) for m in prompts]
+        starts, ends = [m.start() for m in prompts], [m.end() for m in prompts]
         events = [(m.start(), "prompt", m) for m in prompts]
-        events += [(m.start(), "eval", m) for m in LLAMA_EVAL.finditer(text)
-                   if not any(a <= m.start() < b for a, b in spans)]  # the tail of a "prompt eval time"
+        for m in LLAMA_EVAL.finditer(text):
+            i = bisect.bisect_right(starts, m.start()) - 1
+            if i < 0 or m.start() >= ends[i]:  # not the tail of a "prompt eval time"
+                events.append((m.start(), "eval", m))
         events += [(m.start(), "total", m) for m in LLAMA_TOTAL.finditer(text)]
         events += [(m.start(), "draft", m) for m in LLAMA_DRAFT.finditer(text)]
         if not events:
             if LLAMA_SLOT.search(text):  # a block's prefix on a line of its own: the next block starts
+                self.switch("llama")
                 self.flush_llama()
+                self.closed_tag = None
                 return True
             return bool(LLAMA_OTHER.search(text)) or bool(LLAMA_CHATTER.search(text))
-        for _, kind, m in sorted(events, key=lambda e: e[0]):
+        events.sort(key=lambda e: e[0])
+        tag = _tag(text[:events[0][0]])
+        self.switch("llama")
+        if self.llama is not None and tag != self.llama_tag:  # another source's timings: no pairing across
+            self.flush_llama()
+        if self.closed_tag != tag:
+            self.closed_tag = None
+        for _, kind, m in events:
             if kind == "draft":
-                rate = _f(m["rate"])
-                last = self.t.rows[-1] if self.t.rows else None
-                if self.llama is None and last is not None and last["engine"] == "llama.cpp" \
-                        and last["acceptance"] is None:
+                rate = _check({"acceptance": _f(m["rate"])})["acceptance"]
+                last = self.last_row()
+                if self.llama is None and self.closed_tag == tag and last is not None \
+                        and last["engine"] == "llama.cpp" and last["acceptance"] is None:
                     last["acceptance"] = rate  # printed after the block's total time
                 else:
                     self.draft = rate
             elif kind == "total":
-                self.flush_llama()
-            elif kind == "prompt":
-                if self.llama is not None and self.llama.get("prompt_tokens") is not None:
-                    self.flush_llama()
-                ms, n = _f(m["ms"]), int(m["n"])
-                self.llama = self.llama or _row("llama.cpp", where)
-                rate = _f(m["rate"])
-                self.llama.update(prompt_tokens=n, prefill_s=None if ms is None else ms / 1000,
-                                  prefill_tok_s=rate if rate is not None else (n / (ms / 1000) if ms else None))
+                self.closed_tag = tag if self.flush_llama() else None
             else:
-                ms, n = _f(m["ms"]), int(m["n"])
-                self.llama = self.llama or _row("llama.cpp", where)
-                rate = _f(m["rate"])
-                self.llama.update(output_tokens=n, decode_s=None if ms is None else ms / 1000,
-                                  decode_tok_s=rate if rate is not None else (n / (ms / 1000) if ms else None))
+                ms, n, rate = _f(m["ms"]), int(m["n"]), _f(m["rate"])
+                rate = rate if rate is not None else (n / (ms / 1000) if ms else None)
+                seconds = None if ms is None else ms / 1000
+                half = "prompt_tokens" if kind == "prompt" else "output_tokens"
+                values = _check({"prompt_tokens": n, "prefill_s": seconds, "prefill_tok_s": rate} if kind == "prompt"
+                                else {"output_tokens": n, "decode_s": seconds, "decode_tok_s": rate})
+                if self.llama is not None and (self.llama[half] is not None or kind == "prompt"
+                                               and self.llama["output_tokens"] is not None):
+                    self.flush_llama()  # a new request starts
+                self._open(tag, where).update(values)
+                self.closed_tag = None
         return True
 
 
-def log_sources(paths: Iterable[str]) -> list[tuple[str, list[str]]]:
-    """The lines of each log file (undecodable bytes replaced); an unreadable file is a one-line ScenarioError."""
-    from sim.core.errors import ScenarioError
-
-    sources = []
+def log_sources(paths: Iterable[str]) -> list[tuple[str, Iterator[str]]]:
+    """Each log file with its lines, read as they are used; a file that is unreadable, not a regular file or not
+    text is a one-line ScenarioError, found before any line is read."""
+    paths = list(paths)
     for path in paths:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                sources.append((path, fh.read().splitlines()))
-        except OSError as exc:
-            raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
-    return sources
+        check_text_file(path)
+    return [(path, file_lines(path)) for path in paths]
 
 
-def read_logs(sources: Iterable[tuple[str, Iterable[str]]]) -> LogTable:
-    """Parse (name, lines) sources; every line is read, whatever it holds."""
-    table = LogTable()
+def read_logs(sources: Iterable[tuple[str, Iterable[str]]], sink: Callable[[dict], None] | None = None) -> LogTable:
+    """Parse (name, lines) sources; every line is read, whatever it holds. With ``sink``, each row is given to it
+    as it is completed instead of being kept in ``rows``."""
+    table = LogTable(sink=sink)
     for name, lines in sources:
         reader = _Reader(table)
         for number, raw in enumerate(lines, 1):
-            text = LINE_PREFIX.sub("", ANSI.sub("", raw.rstrip("\r\n")), count=1)
             table.lines += 1
-            try:
-                ok = reader.line(text, f"{name}:{number}") if text.strip() else True
-            except (ValueError, TypeError, OverflowError, ZeroDivisionError):
-                ok = False
-            if not ok:
-                table.not_understood += 1
-                if len(table.examples) < EXAMPLES:
-                    shown = "".join(c if c.isprintable() else "?" for c in text[:160])
-                    table.examples.append((name, number, shown))
-        reader.flush_llama()
-        if reader.strata is not None:
-            table.incomplete += 1
+            reason = None
+            if isinstance(raw, LongLine) or len(raw) > MAX_LINE:
+                ok, reason, text = False, f"line longer than {MAX_LINE:,} characters", raw[:160]
+            else:
+                text = LINE_PREFIX.sub("", ANSI.sub("", raw.rstrip("\r\n")), count=1)
+                if not text.strip():
+                    reader.blank()
+                    continue
+                try:
+                    ok = reader.line(text, f"{name}:{number}")
+                except OutOfRange as exc:
+                    ok, reason = False, str(exc)
+                except (ValueError, TypeError, OverflowError, ZeroDivisionError):
+                    ok = False
+            if ok:
+                reader.commit()
+                continue
+            reader.failed()
+            table.not_understood += 1
+            if len(table.examples) < EXAMPLES:
+                shown = "".join(c if c.isprintable() else "?" for c in text[:160])
+                table.examples.append((name, number, shown, reason))
+        reader.finish()
+    table.close_last()
     return table
-
-
-def summary_lines(t: LogTable) -> list[str]:
-    out = [f"{plural(t.lines, 'line')}: {plural(len(t.rows), 'row')}, {plural(len(t.facts), 'start-up fact')}, "
-           f"{t.not_understood:,} not understood"
-           + (f", {plural(t.incomplete, 'incomplete request summary', 'incomplete request summaries')}"
-              if t.incomplete else "")]
-    engines = sorted({r["engine"] for r in t.rows})
-    for e in engines:
-        rows = [r for r in t.rows if r["engine"] == e]
-        parts = [f"{len(rows):,} {e} {'row' if len(rows) == 1 else 'rows'}"]
-        for key, label, scale in (("prefill_tok_s", "prefill tok/s", 1), ("decode_tok_s", "decode tok/s", 1),
-                                  ("ttft_s", "TTFT s", 1), ("acceptance", "acceptance %", 100),
-                                  ("expert_hit_rate", "hit %", 100), ("pcie_share", "pcie %", 100),
-                                  ("generation_throughput_tok_s", "generation tok/s", 1),
-                                  ("prompt_throughput_tok_s", "prompt tok/s", 1)):
-            values = sorted(r[key] * scale for r in rows if r[key] is not None)
-            if values:
-                mid = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1]
-                                                                          + values[len(values) // 2]) / 2
-                parts.append(f"{label} median {mid:.4g} ({values[0]:.4g}-{values[-1]:.4g})")
-        out.append("  " + "; ".join(parts))
-    for f in t.facts:
-        out.append("  start-up: " + ", ".join(f"{k}={v}" for k, v in f.items() if v is not None))
-    for name, number, text in t.examples:
-        out.append(f"  not understood, {name}:{number}: {text}")
-    return out

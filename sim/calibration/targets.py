@@ -245,10 +245,10 @@ class TargetBuilder:
             except (KeyError, TypeError, ValueError):
                 raise ScenarioError(path, f"row {line}", "bucket_by, low_pct, high_pct (blank: no upper edge) and "
                                     "decode_tok_s") from None
-            if not (math.isfinite(lo) and (hi is None or math.isfinite(hi) and hi >= lo) and math.isfinite(rate)
-                    and rate > 0):
-                raise ScenarioError(path, f"row {line}", "finite bucket edges, high_pct >= low_pct, and a positive "
-                                    "decode_tok_s")
+            _check_edges(path, line, lo, hi)
+            if not (math.isfinite(rate) and rate > 0):
+                raise ScenarioError(path, f"row {line}.decode_tok_s", f"bad value {rate:g}: expected a positive, "
+                                    "finite decode rate (tok/s)")
             if by not in ("pcie_spill", "hit_rate"):
                 raise ScenarioError(path, f"row {line}.bucket_by", f"bad value {by!r}: expected pcie_spill or "
                                     "hit_rate")
@@ -257,6 +257,21 @@ class TargetBuilder:
             out.append(Target(tname, path, measured=rate, kind="rate", tolerance=spec.tolerance, metric="decode_tok_s",
                               experiments=exps, how="bucket", role=role, note=note, where=(by, lo, hi)))
         return out
+
+
+def _check_edges(path: str, line: int, lo: float, hi: float | None) -> None:
+    """A bucket's edges are percentages: 0 <= low_pct <= 100 and low_pct < high_pct <= 100 (blank high_pct: no
+    upper edge; ``0, 0``: exactly zero); otherwise no request could fall in it and its mean decode would be NaN."""
+    if not (math.isfinite(lo) and 0 <= lo <= 100):
+        raise ScenarioError(path, f"row {line}.low_pct", f"bad value {lo:g}: expected a percentage from 0 to 100")
+    if hi is None:
+        return
+    if not (math.isfinite(hi) and 0 <= hi <= 100):
+        raise ScenarioError(path, f"row {line}.high_pct", f"bad value {hi:g}: expected a percentage from 0 to 100, or "
+                            "blank (no upper edge)")
+    if hi < lo or (hi == lo and lo != 0):
+        raise ScenarioError(path, f"row {line}.high_pct", f"bad value {hi:g}: expected more than low_pct ({lo:g}) "
+                            "(an inverted or empty bucket; 0 and 0: requests of exactly zero)")
 
 
 def without_calibration(path: str, exclude: str | None) -> list[str]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from sim.core.errors import ScenarioError
 from sim.core.progress import progress
-from sim.core.tables import read_measured
+from sim.core.tables import number, read_measured, require_columns
 from sim.core.units import GB, GIB
 
 SEED = 11
@@ -51,23 +51,37 @@ class Cell:
                 "measured_lo": self.lo, "measured_hi": self.hi, "note": self.info or None}
 
 
+LOADING_COLUMNS = ("machine", "cold_gbps", "hot_gbps")  # link_gbps and file_gb: optional
+
+
 def loading_cells(root: str) -> list[Cell]:
+    """Each machine's measured cold, hot and link load rates (``calibration/loading_*.csv``) against its simulated
+    load in ``scenarios/home_lab.yaml``; a table it cannot read (a column missing, text in a number) is a one-line
+    error naming the file, row and column."""
     from sim.config.load import load_scenario
     from sim.lab.probes import probe_machine
 
     scn, _ = load_scenario(os.path.join(root, "scenarios", "home_lab.yaml"))
     cells = []
-    tables = {name: read_measured(os.path.join(root, "calibration", name))[1]
-              for name in ("loading_stages.csv", "loading_mac_sample.csv")}
+    paths = {name: os.path.join(root, "calibration", name) for name in ("loading_stages.csv", "loading_mac_sample.csv")}
+    tables = {name: read_measured(path)[1] for name, path in paths.items()}
+    for name, rows in tables.items():
+        require_columns(paths[name], rows, LOADING_COLUMNS, "a loading table")
     with progress(sum(map(len, tables.values())) + 1, "validate loading", unit="probe") as bar:
         for name, rows in tables.items():
-            for row in rows:
-                gib = float(row["file_gb"]) * GB / GIB if row.get("file_gb") else None
-                rep = probe_machine(scn, row["machine"], "9B", gib)
+            for line, row in enumerate(rows, start=1):
+                machine = (row.get("machine") or "").strip()
+                if machine not in scn.machines:
+                    raise ScenarioError(paths[name], f"row {line}.machine", f"bad value {machine!r}: expected a "
+                                        f"machine of scenarios/home_lab.yaml ({', '.join(sorted(scn.machines))})")
+                file_gb = number(row, "file_gb", paths[name], line, required=False)
+                measured = {key: number(row, key, paths[name], line, required=False)
+                            for key in ("cold_gbps", "hot_gbps", "link_gbps")}
+                rep = probe_machine(scn, machine, "9B", file_gb * GB / GIB if file_gb else None)
                 for key, got in (("cold_gbps", rep.cold.gbps), ("hot_gbps", rep.hot.gbps),
                                  ("link_gbps", rep.link.gbps if rep.link else None)):
-                    if row.get(key) and got is not None:
-                        cells.append(Cell(name, f"{row['machine']}.{key}", float(row[key]), got, 0.02))
+                    if measured[key] is not None and got is not None:
+                        cells.append(Cell(name, f"{machine}.{key}", measured[key], got, 0.02))
                 bar.update()
         gen1, _ = load_scenario(os.path.join(root, "scenarios", "home_lab.yaml"),
                                 [f"machines.mining_box.gpus.card{i}.negotiated_gen=1" for i in range(3)])
@@ -110,7 +124,13 @@ def scenario_cells(path: str, tables: list[str]) -> list[Cell]:
 
     cal = load_scenario(path)[0].calibrate
     builder = TargetBuilder(path, cal, path)
-    targets = [t for table in tables for t in builder.table(table)]
+    targets = []
+    for table in tables:
+        found = builder.table(table)
+        if not found:
+            raise ScenarioError(table, "", f"no row to check: {path} (calibrate.tables.{os.path.basename(table)}) "
+                                "maps this table, but it holds no measured cell (rows missing or blank)")
+        targets += found
     runs = _run_experiments(targets, f"validate {os.path.basename(path)}")
     check_metrics(targets, runs)
     cells = []
@@ -152,8 +172,55 @@ NOT_CHECKED = {
 }
 
 
+# What each shipped group claims: the cells (of tables in ROOT/calibration/) it must find and check. A table cut
+# short (a row deleted, only its header left) fails with the cells it no longer holds instead of passing with fewer.
+_RUNS = ("32K", "64K", "128K", "256K")
+CLAIMED: dict[str, dict[str, tuple[str, ...]]] = {
+    "loading": {
+        "loading_stages.csv": tuple(f"{m}.{q}" for m in ("rtx4090_box", "mining_box")
+                                    for q in ("cold_gbps", "hot_gbps", "link_gbps")),
+        "loading_mac_sample.csv": ("mac.cold_gbps", "mac.hot_gbps"),
+    },
+    "strata": {
+        "strata_gen3_5090.csv": ("round1_slots", "round2_slots", "round1_coverage", "round1_decode_hit_rate",
+                                 "round1_decode_tok_s", "gpu_utilization_round1", "gpu_utilization_round2",
+                                 "power_ratio_round2_over_round1"),
+        "strata_spill_buckets.csv": ("pcie_spill 0-0", "pcie_spill 0-0.5", "pcie_spill 0.5-3", "pcie_spill 5-up",
+                                     "hit_rate 90-95", "hit_rate 95-99"),
+    },
+    "concurrency": {
+        "strata_concurrency.csv": tuple(f"{n} {q}" for n in (1, 2, 4, 8) for q in ("throughput_tok_s", "ttft_s")),
+    },
+    "basalt": {
+        "basalt_3gpu.csv": ("vram_used_5090", "vram_used_5080", "vram_used_5060ti", "bench_decode"),
+        "basalt_context_sweep.csv": tuple(f"{r} {q}" for r in _RUNS for q in ("prefill_tok_s_median",
+                                                                             "decode_cold_median",
+                                                                             "decode_cached_median")),
+        "basalt_peer_reserve.csv": ("600 decode_tok_s_values", "1536 decode_tok_s_values", "1536 peer_vram_used_mib",
+                                    "2048 decode_tok_s_values", "2048 peer_vram_used_mib"),
+        "basalt_vision_placement.csv": ("on_5080_expert_tier decode_tok_s_values",
+                                        "on_5090_primary decode_tok_s_values", "cpu_16_threads decode_tok_s_values"),
+    },
+}
+
+
+def check_claimed(root: str, group: str, cells: list[Cell]) -> None:
+    """A one-line error naming the first table of ``group`` that lacks a row for a cell the group claims (see
+    :data:`CLAIMED`), and those cells: a claimed cell with no row to check fails, it is never skipped."""
+    found = {(c.table, c.cell) for c in cells if not c.info}
+    for table, claimed in CLAIMED.get(group, {}).items():
+        missing = [cell for cell in claimed if (table, cell) not in found]
+        if missing:
+            shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+            raise ScenarioError(os.path.join(root, "calibration", table), "", f"no row to check for "
+                                f"{len(missing)} of the {len(claimed)} cells `sim validate --only {group}` claims: "
+                                f"{shown} (rows missing or their cells blank)")
+
+
 def validate(root: str, groups: list[str] | None = None) -> list[Cell]:
     out: list[Cell] = []
     for name in groups or list(GROUPS):
-        out += GROUPS[name](root)
+        cells = GROUPS[name](root)
+        check_claimed(root, name, cells)
+        out += cells
     return out

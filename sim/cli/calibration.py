@@ -63,25 +63,26 @@ def fit_loading(scenario: str, tables: tuple[str, ...], out: str | None, as_json
 @user_errors
 def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
     """Read engine logs (Basalt, Strata, llama.cpp, vLLM) into a table; a summary by default."""
-    import csv
-    import io
-
     from sim.calibration.logs import ROW_FIELDS, log_sources, read_logs, summary_lines
-    from sim.core.output import dumps
+    from sim.calibration.logs_io import CsvRows, JsonRows
 
-    table = read_logs(log_sources(files))
+    def write(text: str) -> None:
+        click.echo(text, nl=False)
+
+    sources = log_sources(files)  # every file checked before anything is written
     if as_json:
-        click.echo(dumps({"rows": table.rows, "facts": table.facts, "lines": table.lines,
-                          "not_understood": table.not_understood, "incomplete": table.incomplete,
-                          "examples": [{"file": f, "line": n, "text": t} for f, n, t in table.examples]}), nl=False)
+        out = JsonRows(write)
+        table = read_logs(sources, sink=out.row)  # rows written as they are read, never all held
+        out.finish({"facts": table.facts, "lines": table.lines, "not_understood": table.not_understood,
+                    "incomplete": table.incomplete,
+                    "examples": [{"file": f, "line": n, "text": t, **({"reason": why} if why else {})}
+                                 for f, n, t, why in table.examples]})
     elif as_csv:
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=ROW_FIELDS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(table.rows)
-        click.echo(buf.getvalue(), nl=False)
+        rows = CsvRows(write, ROW_FIELDS)
+        read_logs(sources, sink=rows.row)
+        rows.finish()
     else:
-        click.echo("\n".join(summary_lines(table)))
+        click.echo("\n".join(summary_lines(read_logs(sources, sink=lambda row: None))))
 
 
 @main.command("calibrate")

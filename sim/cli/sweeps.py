@@ -29,21 +29,23 @@ from sim.core.text import plural
               help="Run on an existing Dask cluster, e.g. tcp://HOST:8786 (needs the distributed package).")
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False), callback=out_folder,
               help="Folder of the results: results.parquet, results.csv, sweep.json, points/ (re-runs resume).")
+@click.option("--max-runs", "max_runs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Refuse a sweep of more than N runs, points x seeds x draws (default 100,000).")
 @click.option("--quiet", is_flag=True, help="No progress display (there is none either when stderr is not a terminal).")
 @user_errors
 def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None, seed: int | None,
           uncertainty: int | None, overrides: tuple[str, ...], workers: int | None, dask_address: str | None,
-          out_dir: str, quiet: bool) -> None:
+          out_dir: str, max_runs: int | None, quiet: bool) -> None:
     """Run TARGET (a scenario with --axis, or a sweep file under scenarios/sweeps/) at every point of its axes."""
     from sim.sweeps.backends import DaskBackend, pool_backend, serial_backend
     from sim.sweeps.run import run_sweep
-    from sim.sweeps.spec import build_plan
+    from sim.sweeps.spec import MAX_RUNS, build_plan
     from sim.sweeps.tasks import prepare_tasks
 
     if workers is not None and dask_address is not None:
         raise click.UsageError("give --workers or --dask, not both")
     plan = build_plan(target, list(axes), zip_axes=zip_axes, seeds=seeds, uncertainty=uncertainty,
-                      cli_sets=list(overrides))
+                      cli_sets=list(overrides), max_runs=max_runs or MAX_RUNS)
     runs = len(plan.points) * plan.seeds * (plan.uncertainty or 1)
     dask = DaskBackend(dask_address) if dask_address is not None else None  # a wrong address fails now
     try:

@@ -29,3 +29,17 @@ def input_file(description: str) -> Any:
     """A field naming a file a run reads, relative to the scenario file: loading resolves it, a sweep's run key
     hashes its contents."""
     return Field(None, description=description, json_schema_extra={INPUT_FILE: True})
+
+
+# Physical bounds of numeric fields: far beyond any real hardware or model, and far inside what float arithmetic
+# holds (a size in bytes, a time in seconds, their products), so an overflow or a division to infinity is a bad
+# value in the scenario, not an internal error. Each is named in the schema's message ("less than or equal to ...").
+MAX_GIB = 1e6  # a memory size (GiB): a million GiB, beyond any GPU, host or disk cache
+MAX_MIB = MAX_GIB * 1024  # the same (MiB)
+MIN_GBPS = 1e-6  # a bandwidth (GB/s): a kilobyte a second
+MAX_GBPS = 1e6  # a bandwidth (GB/s): a petabyte a second
+MIN_FRACTION = 1e-6  # an efficiency or a share of a resource that must be positive (fraction)
+MIN_KIB = 1e-6  # a size per token (KiB): about a thousandth of a byte
+MAX_KIB = 1e6  # a size per token (KiB): a GiB of KV per token
+MIN_TOK_S = 1e-6  # a rate (tok/s, requests/s): one in eleven days
+MAX_TOK_S = 1e9  # a rate (tok/s, requests/s)

@@ -12,6 +12,7 @@ from typing import Any
 from sim.config.engine import Engine, StepCost
 from sim.config.machines import Machine
 from sim.config.messages import CALIBRATED, expected_one_of
+from sim.config.models import ModelSpec
 from sim.config.scenario import Scenario, engine_kind
 
 Problem = tuple[str, Any, str]  # (key path, the value found or None, what was expected)
@@ -21,7 +22,7 @@ MAX_CHUNKS = 100_000  # chunks per model load: beyond this a load is events with
 
 def cross_reference_errors(s: Scenario) -> list[Problem]:
     """Every problem the checkers find, in the order of the scenario's sections."""
-    errs = _names(s) + _loading(s) + _disks(s)
+    errs = _names(s) + _models(s) + _loading(s) + _disks(s)
     for name, m in s.machines.items():
         errs += _machine(s, name, m)
     return errs + _jobs(s) + _dispatch(s) + _serve(s) + _report(s)
@@ -38,6 +39,34 @@ def _names(s: Scenario) -> list[Problem]:
     maps.update({f"machines.{n}.gpus": m.gpus for n, m in s.machines.items()})
     return [(f"{where}.{key}", key, "a name without dots (dots separate the parts of a key path)")
             for where, entries in maps.items() for key in entries if "." in key or not key.strip()]
+
+
+EXPERTS_OVER_WEIGHTS = 100.0  # layers x experts x expert_mib over this many times weights_gib: not a model
+
+
+def _models(s: Scenario) -> list[Problem]:
+    """Geometry that no model can have: one expert larger than all the weights, or routed experts together far
+    larger than them (sim.config.plausibility warns of the merely implausible: an expert larger than a layer)."""
+    errs: list[Problem] = []
+    for name, spec in s.models.items():
+        errs += _moe_geometry(f"models.{name}", spec)
+    return errs
+
+
+def _moe_geometry(p: str, spec: ModelSpec) -> list[Problem]:
+    moe = spec.moe
+    if moe is None:
+        return []
+    weights_mib = spec.weights_gib * 1024
+    if moe.expert_mib > weights_mib:
+        return [(f"{p}.moe.expert_mib", moe.expert_mib, f"at most the model's weights_gib ({spec.weights_gib:g} GiB "
+                 f"= {weights_mib:g} MiB): one expert cannot be larger than all the weights (check the units, MiB)")]
+    experts_mib = moe.layers * moe.experts_per_layer * moe.expert_mib
+    if experts_mib > EXPERTS_OVER_WEIGHTS * weights_mib:
+        return [(f"{p}.moe.expert_mib", moe.expert_mib, f"routed experts that fit in the weights: {moe.layers} layers "
+                 f"x {moe.experts_per_layer} experts x {moe.expert_mib:g} MiB = {experts_mib / 1024:.4g} GiB is more "
+                 f"than {EXPERTS_OVER_WEIGHTS:g} x weights_gib ({spec.weights_gib:g} GiB)")]
+    return []
 
 
 def _loading(s: Scenario) -> list[Problem]:
@@ -216,7 +245,33 @@ def _serve(s: Scenario) -> list[Problem]:
                      "requests' lengths come from the " + ("trace)" if w.kind == "trace" else "conversation)")))
     if sv.output_tokens_max < sv.output_tokens_min:
         errs.append(("serve.output_tokens_max", sv.output_tokens_max, "at least output_tokens_min"))
-    return errs
+    return errs + _work(s)
+
+
+def _work(s: Scenario) -> list[Problem]:
+    """The simulated work a served workload asks for: requests x (prompt + output tokens) at most
+    ``serve.max_total_tokens``. Lengths are taken at their largest (uniform) or mean (exponential), capped by
+    ``max_tokens`` and ``lengths_max_tokens``; an agent's prompt grows to ``turns x turn_tokens``; a trace or a
+    lengths table is bounded by its file (its lengths are not known here)."""
+    sv = s.serve
+    assert sv is not None
+    w = sv.workload
+    if w.kind == "trace" or (w.lengths is not None and w.lengths_max_tokens is None):
+        return []
+    output = sv.output_tokens_mean if sv.output_tokens_mean is not None else sv.output_tokens_max
+    output = min(output, sv.max_tokens) if sv.max_tokens is not None else output
+    prompt = sv.prompt_tokens_mean if sv.prompt_tokens_mean is not None else sv.prompt_tokens
+    if w.kind == "agent":
+        prompt += w.turns * w.turn_tokens
+    per_request = prompt + output
+    if w.lengths is not None and w.lengths_max_tokens is not None:
+        per_request = w.lengths_max_tokens
+    total = sv.requests * per_request
+    if total <= sv.max_total_tokens:
+        return []
+    return [("serve.requests", sv.requests, f"at most serve.max_total_tokens ({sv.max_total_tokens:,}) tokens of "
+             f"simulated work: {sv.requests:,} requests x {per_request:,.0f} tokens (prompt + output) = {total:,.0f}; "
+             "fewer requests or tokens, or raise the limit (--set serve.max_total_tokens=N)")]
 
 
 def _report(s: Scenario) -> list[Problem]:

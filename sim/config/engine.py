@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat
 
-from sim.config.base import Strict
+from sim.config.base import MAX_GBPS, MAX_GIB, MAX_MIB, MAX_TOK_S, MIN_FRACTION, MIN_GBPS, MIN_TOK_S, Strict
 
 
 class StepCost(Strict):
@@ -20,7 +20,7 @@ class StepCost(Strict):
     graph_break_s: float | None = Field(
         None, ge=0, description="Cost per step of running eagerly, off the fused GPU path, after a PCIe read (s).")
     link_share: float = Field(
-        1.0, gt=0, le=1, description="Share of the link's host->GPU copy rate expert reads get (fraction).")
+        1.0, ge=MIN_FRACTION, le=1, description="Share of the link's host->GPU copy rate expert reads get (fraction).")
     break_idle_share: float = Field(
         0.0, ge=0, le=1, description="Share of graph_break_s with no kernel on the GPU (launch gaps) (fraction).")
     break_mode: Literal["sticky", "per_step"] = Field(
@@ -40,18 +40,22 @@ class PeerTier(Strict):
     slots: Literal["auto"] | NonNegativeInt = Field(
         "auto", description="Expert copies it holds, or auto: its free VRAM (after reserved_gib, overhead_gib and "
         "reserve_mib) in whole slots.")
-    overhead_gib: float = Field(0.0, ge=0, description="The engine's own VRAM on this GPU besides expert copies (GiB).")
-    reserve_mib: float = Field(0.0, ge=0, description="VRAM left unused on this GPU (MiB).")
+    overhead_gib: float = Field(0.0, ge=0, le=MAX_GIB,
+        description="The engine's own VRAM on this GPU besides expert copies (GiB).")
+    reserve_mib: float = Field(0.0, ge=0, le=MAX_MIB, description="VRAM left unused on this GPU (MiB).")
     expert_s: float = Field(gt=0, description="This GPU's time per routed expert it computes (s).")
     latency_s: float = Field(ge=0, description="Activations to the peer and back, per layer that uses it (s).")
     runtime_mib: float = Field(
-        0.0, ge=0, description="VRAM allocated on this GPU after the copies are placed (compute buffers, another "
+        0.0, ge=0, le=MAX_MIB,
+        description="VRAM allocated on this GPU after the copies are placed (compute buffers, another "
         "process's working memory) (MiB): placement does not see it.")
     paging_threshold_mib: float = Field(
-        0.0, description="When VRAM left free on this GPU falls under this (MiB), the driver pages its memory and "
+        0.0, ge=-MAX_MIB, le=MAX_MIB,
+        description="When VRAM left free on this GPU falls under this (MiB), the driver pages its memory and "
         "every expert it computes is paged in at paging_gbps.")
     paging_gbps: float | None = Field(
-        None, gt=0, description="Rate at which the driver pages expert weights in over this GPU's link while its "
+        None, ge=MIN_GBPS, le=MAX_GBPS,
+        description="Rate at which the driver pages expert weights in over this GPU's link while its "
         "memory is oversubscribed (GB/s): each expert it computes then also waits expert bytes / this rate.")
 
 
@@ -71,8 +75,9 @@ class Prefill(Strict):
     overlap: bool = Field(
         True, description="Streaming overlaps compute (a chunk takes the longer); false: the chunk waits for its "
         "experts, then computes (the sum).")
-    stream_gbps: PositiveFloat | None = Field(
-        None, description="Rate at which experts stream to the engine GPU during prefill (GB/s). Default: its link.")
+    stream_gbps: float | None = Field(
+        None, ge=MIN_GBPS, le=MAX_GBPS,
+        description="Rate at which experts stream to the engine GPU during prefill (GB/s). Default: its link.")
 
 
 class LayerSplit(Strict):
@@ -93,9 +98,10 @@ class Iteration(Strict):
     ``compute_efficiency`` x its ``tflops``."""
 
     memory_efficiency: float | None = Field(
-        None, gt=0, le=1, description="Share of the card's memory bandwidth an iteration's reads get (fraction).")
+        None, ge=MIN_FRACTION, le=1,
+        description="Share of the card's memory bandwidth an iteration's reads get (fraction).")
     compute_efficiency: float | None = Field(
-        None, gt=0, le=1, description="Share of the card's tensor throughput an iteration's arithmetic gets "
+        None, ge=MIN_FRACTION, le=1, description="Share of the card's tensor throughput an iteration's arithmetic gets "
         "(fraction).")
     overhead_s: float | None = Field(
         None, ge=0, description="Fixed time per iteration: scheduling, sampling, kernel launches (s).")
@@ -103,7 +109,8 @@ class Iteration(Strict):
         512, gt=0, le=1_000_000, description="Tokens one iteration processes at most (chunked prefill, as Sarathi "
         "schedules): every decoding sequence's token first, then prefill chunks fill the rest.")
     kv_pool_gib: float | None = Field(
-        None, gt=0, description="VRAM for KV (GiB). Default: the card's VRAM less other tenants, the weights and "
+        None, gt=0, le=MAX_GIB,
+        description="VRAM for KV (GiB). Default: the card's VRAM less other tenants, the weights and "
         "runtime_gib.")
 
 
@@ -114,18 +121,20 @@ class Engine(Strict):
     model: str = Field(description="Key of the MoE model it serves.")
     gpu: str = Field(description="Key of the machine's GPU it runs on.")
     overhead_gib: float | None = Field(
-        None, ge=0, description="Fixed VRAM outside the expert cache: dense weights, KV, activations, CUDA context "
+        None, ge=0, le=MAX_GIB,
+        description="Fixed VRAM outside the expert cache: dense weights, KV, activations, CUDA context "
         "(GiB). Default: the model's dense_gib + KV for context_tokens + runtime_gib.")
     context_tokens: int = Field(0, ge=0, description="Context the engine allocates KV for (tokens).")
-    runtime_gib: float = Field(0.0, ge=0, description="CUDA context, activations and buffers (GiB).")
-    cache_reserve_mib: float = Field(700, ge=0, description="VRAM the engine keeps free (MiB).")
+    runtime_gib: float = Field(0.0, ge=0, le=MAX_GIB, description="CUDA context, activations and buffers (GiB).")
+    cache_reserve_mib: float = Field(700, ge=0, le=MAX_MIB, description="VRAM the engine keeps free (MiB).")
     expert_cache: Literal["auto"] | NonNegativeInt = Field(
         "auto", description="Slots of the expert cache, or auto: sized from the VRAM free at start.")
     policy: Literal["static", "lru", "lfu"] = Field("static", description="Expert-cache policy.")
     profile_seed: int | None = Field(
         None, ge=0, description="Static profile built on another workload (its popularity seed); default: served one.")
     prefill_tok_s: float | None = Field(
-        None, gt=0, description="Prompt tokens read per second (tok/s), when no `prefill` mechanism is given.")
+        None, ge=MIN_TOK_S, le=MAX_TOK_S,
+        description="Prompt tokens read per second (tok/s), when no `prefill` mechanism is given.")
     prefill: Prefill | None = None
     parallel: int = Field(1, gt=0, le=256, description="Decode slots; the expert cache is divided among them.")
     batching: bool = Field(
@@ -138,7 +147,8 @@ class Engine(Strict):
     peers: dict[str, PeerTier] = Field(
         default_factory=dict, description="Peer GPUs of this machine holding expert copies, by GPU name, in order.")
     host_ram_gib: float | None = Field(
-        None, ge=0, description="Host RAM for experts held nowhere in VRAM (GiB); the rest is read from the machine's "
+        None, ge=0, le=MAX_GIB,
+        description="Host RAM for experts held nowhere in VRAM (GiB); the rest is read from the machine's "
         "disk each time. Default: all of them fit.")
     step: StepCost = StepCost()
     iteration: Iteration | None = Field(

@@ -6,13 +6,13 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, model_validator
 
-from sim.config.base import Gen, Lanes, Strict
+from sim.config.base import MAX_GBPS, MAX_GIB, MAX_MIB, MIN_FRACTION, MIN_GBPS, Gen, Lanes, Strict
 from sim.config.engine import Engine
 
 
 class Pcie(Strict):
     efficiency: float = Field(
-        0.84, gt=0, le=1,
+        0.84, ge=MIN_FRACTION, le=1,
         description="Share of the paper PCIe bandwidth a host->GPU copy delivers (fraction). "
         "Fitted to calibration/loading_stages.csv (84-85% measured on Gen4 x16 and Gen2 x4).",
     )
@@ -24,25 +24,29 @@ class LoadingConfig(Strict):
         description="serial: per-byte stage costs add (real safetensors loaders); "
         "pipelined: stages overlap through bounded buffers (streaming loaders).",
     )
-    chunk_mib: float = Field(256.0, ge=1, description="Size of one chunk moved through the stages (MiB); chunks are "
-                             "also cut where one GPU's share of the model ends.")
+    chunk_mib: float = Field(256.0, ge=1, le=MAX_MIB,
+        description="Size of one chunk moved through the stages (MiB); chunks are "
+        "also cut where one GPU's share of the model ends.")
     buffer_chunks: int = Field(2, ge=1, description="Chunks each pipelined buffer holds between two stages.")
 
 
 class Disk(Strict):
     read_gbps: float | None = Field(
-        None, gt=0, description="Sequential read bandwidth (decimal GB/s). Required, here or from a calibration file.")
+        None, ge=MIN_GBPS, le=MAX_GBPS,
+        description="Sequential read bandwidth (decimal GB/s). Required, here or from a calibration file.")
     latency_s: float = Field(0.0, ge=0, le=60, description="Fixed cost of one chunk read request (s).")
 
 
 class GpuType(Strict):
-    vram_gib: float = Field(gt=0, description="VRAM capacity (GiB).")
+    vram_gib: float = Field(gt=0, le=MAX_GIB, description="VRAM capacity (GiB).")
     pcie_max_gen: Gen = Field(description="Highest PCIe generation the card itself supports.")
     pcie_max_lanes: Lanes = Field(16, description="Widest PCIe link the card itself supports (lanes).")
-    hbm_gbps: float | None = Field(None, gt=0, description="Memory bandwidth (GB/s, card spec); a dense engine's "
-                                   "iterations read the weights and KV at a share of it.")
-    tflops: float | None = Field(None, gt=0, description="Dense FP16/BF16 tensor throughput (TFLOP/s, card spec); a "
-                                 "dense engine's matrix products run at a share of it.")
+    hbm_gbps: float | None = Field(None, ge=MIN_GBPS, le=MAX_GBPS,
+        description="Memory bandwidth (GB/s, card spec); a dense engine's "
+        "iterations read the weights and KV at a share of it.")
+    tflops: float | None = Field(None, ge=1e-6, le=1e6,
+        description="Dense FP16/BF16 tensor throughput (TFLOP/s, card spec); a "
+        "dense engine's matrix products run at a share of it.")
 
 
 class Gpu(Strict):
@@ -53,10 +57,13 @@ class Gpu(Strict):
         None, description="Generation the link really trains to under load, when lower than card and slot allow.")
     negotiated_lanes: Lanes | None = Field(
         None, description="Lanes the link really trains to under load, when fewer than card and slot allow.")
-    pcie_efficiency: float | None = Field(None, gt=0, le=1, description="Overrides pcie.efficiency for this link.")
+    pcie_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Overrides pcie.efficiency for this link.")
     measured_link_gbps: float | None = Field(
-        None, gt=0, description="A measured host->GPU copy rate (GB/s); replaces gen x lanes x efficiency.")
-    reserved_gib: float = Field(0.0, ge=0, description="VRAM taken by other processes and the driver (GiB).")
+        None, ge=MIN_GBPS, le=MAX_GBPS,
+        description="A measured host->GPU copy rate (GB/s); replaces gen x lanes x efficiency.")
+    reserved_gib: float = Field(0.0, ge=0, le=MAX_GIB,
+        description="VRAM taken by other processes and the driver (GiB).")
 
 
 class Loader(Strict):
@@ -69,11 +76,12 @@ class Machine(Strict):
     kind: Literal["discrete", "unified"] = Field(
         "discrete", description="discrete: GPUs behind PCIe; unified: Apple-style unified memory, no PCIe stage.")
     disk: str | None = Field(None, description="Key of a disk under 'disks' holding the model files (none: no loads).")
-    page_cache_gib: float = Field(0.0, ge=0, description="Host RAM available to the page cache (GiB).")
+    page_cache_gib: float = Field(0.0, ge=0, le=MAX_GIB, description="Host RAM available to the page cache (GiB).")
     loader: Loader = Loader()
     engine: Engine | None = Field(None, description="An expert-offloading engine serving an MoE model.")
     gpus: dict[str, Gpu] = Field(default_factory=dict, description="GPUs of a discrete machine, by name.")
-    unified_memory_gib: float | None = Field(None, gt=0, description="Unified memory usable for weights (GiB).")
+    unified_memory_gib: float | None = Field(None, gt=0, le=MAX_GIB,
+        description="Unified memory usable for weights (GiB).")
     decode_tok_s: dict[str, PositiveFloat] = Field(
         default_factory=dict, description="Measured decode rate per model key (tokens/s).")
     decode_jitter_cv: float = Field(

@@ -13,15 +13,48 @@ from sim.core.errors import ScenarioError, combined
 CALIBRATED = "missing: expected a value here or from a calibration file named under 'calibrations'"
 
 
+MAX_HINT_CHARS = 200  # a name longer than this is no typo of a known one (difflib would take minutes over a long one)
+
+
 def expected_one_of(value: str, names: list[str], what: str) -> str:
-    hint = difflib.get_close_matches(str(value), names, n=1)
+    """What was expected of ``value``: one of ``names``, the closest named when ``value`` looks like a typo of it."""
+    typed = str(value)
+    hint = difflib.get_close_matches(typed, names, n=1) if len(typed) <= MAX_HINT_CHARS else []
     extra = f" (did you mean '{hint[0]}'?)" if hint else ""
     return f"expected {what}, one of {sorted(names)}{extra}"
 
 
-def short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def short(value: Any, width: int = 60) -> str:
+    """``repr(value)`` in at most ``width`` characters (cut to end in ``...``). A long value is never formatted
+    whole: only the first ``width`` characters or so of its repr are built (a map, list or text of gigabytes, or a
+    YAML alias that stands for billions of values, costs no more than a small one)."""
+    text = _repr_upto(value, width + 1)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _repr_upto(value: Any, budget: int) -> str:
+    """``repr(value)`` when it has at most ``budget`` characters, else a text of more than ``budget`` characters
+    whose first ``budget`` are those of ``repr(value)`` (but perhaps its quote mark, when a text is cut)."""
+    kind = type(value)
+    if kind is str or kind is bytes:
+        return repr(value[:budget]) if len(value) > budget else repr(value)
+    if kind not in (list, tuple, dict, set):
+        return repr(value)
+    if not value:
+        return "set()" if kind is set else repr(value)
+    opening, closing = {list: "[]", tuple: "()", dict: "{}", set: "{}"}[kind]
+    parts = [opening]
+    used = 1
+    items = value.items() if kind is dict else value
+    for i, item in enumerate(items):
+        if used > budget:
+            return "".join(parts)
+        piece = (", " if i else "") + (_repr_upto(item[0], budget - used) + ": " + _repr_upto(item[1], budget - used)
+                                       if kind is dict else _repr_upto(item, budget - used))
+        parts.append(piece)
+        used += len(piece)
+    parts.append("," + closing if kind is tuple and len(value) == 1 else closing)
+    return "".join(parts)
 
 
 def model_for_path(loc: tuple) -> type[BaseModel] | None:
@@ -100,7 +133,8 @@ def _unknown_key(loc: tuple, missing: set[tuple]) -> tuple[str, tuple | None]:
     names = list(owner.model_fields) if owner else []
     absent = {n for n in names if loc[:-1] + (n,) in missing}
     typed = str(loc[-1])
-    scored = [(difflib.SequenceMatcher(None, typed, n).ratio(), n in absent, n) for n in names]
+    scored = [(difflib.SequenceMatcher(None, typed, n).ratio(), n in absent, n) for n in names] \
+        if len(typed) <= MAX_HINT_CHARS else []
     close = [s for s in scored if s[0] >= 0.6]  # difflib.get_close_matches' cutoff
     if close:  # the closest field; a missing one only on a tie (it is then what the typo was meant to be)
         _, _, hint = max(close, key=lambda s: (s[0], s[1]))

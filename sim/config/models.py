@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from sim.config.base import Strict
+from sim.config.base import MAX_KIB, MAX_MIB, MIN_KIB, Strict
+
+MAX_WEIGHTS_GIB = 65536  # weights of a model (GiB)
 
 
 class Routing(Strict):
@@ -26,17 +28,19 @@ class Routing(Strict):
 class Draft(Strict):
     tokens: int = Field(0, ge=0, le=16, description="Draft tokens proposed per verification step (0: no drafting).")
     acceptance: float = Field(0.0, ge=0, lt=1, description="Probability each draft token is accepted (fraction).")
-    head_mib: float = Field(0.0, ge=0, description="VRAM the draft head reserves (MiB).")
+    head_mib: float = Field(0.0, ge=0, le=MAX_MIB, description="VRAM the draft head reserves (MiB).")
 
 
 class Moe(Strict):
     layers: int = Field(gt=0, description="MoE layers.")
     experts_per_layer: int = Field(gt=0, description="Routed experts per layer.")
     top_k: int = Field(gt=0, description="Experts routed per token per layer.")
-    expert_mib: float = Field(gt=0, description="Bytes of one expert, i.e. one cache slot (MiB).")
+    expert_mib: float = Field(ge=1e-6, le=MAX_WEIGHTS_GIB * 1024,
+        description="Bytes of one expert, i.e. one cache slot (MiB).")
     dense_gib: float | None = Field(
-        None, ge=0, description="Weights outside the routed experts: attention, shared experts, embeddings (GiB).")
-    kv_kib_per_token: float | None = Field(None, ge=0, description="KV cache per token of context (KiB).")
+        None, ge=0, le=MAX_WEIGHTS_GIB,
+        description="Weights outside the routed experts: attention, shared experts, embeddings (GiB).")
+    kv_kib_per_token: float | None = Field(None, ge=0, le=MAX_KIB, description="KV cache per token of context (KiB).")
     routing: Routing = Routing()
     draft: Draft = Draft()
 
@@ -56,11 +60,12 @@ class Dense(Strict):
     layers: int = Field(gt=0, description="Transformer layers.")
     hidden: int = Field(gt=0, description="Model width: attention costs 4 x layers x hidden FLOPs per token per "
                         "token of context.")
-    kv_kib_per_token: float = Field(gt=0, description="KV cache per token of context, all layers (KiB).")
+    kv_kib_per_token: float = Field(ge=MIN_KIB, le=MAX_KIB,
+        description="KV cache per token of context, all layers (KiB).")
 
 
 class ModelSpec(Strict):
-    weights_gib: float = Field(gt=0, le=65536, description="Bytes of weights to load (GiB).")
+    weights_gib: float = Field(gt=0, le=MAX_WEIGHTS_GIB, description="Bytes of weights to load (GiB).")
     tensors: int = Field(0, ge=0, description="Tensors in the weight files (loader per-tensor cost).")
     moe: Moe | None = Field(None, description="Mixture-of-experts geometry, when the model has routed experts.")
     dense: Dense | None = Field(None, description="Dense geometry, for serving it with a continuous-batching engine.")

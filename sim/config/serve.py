@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat
 
-from sim.config.base import Strict, input_file
+from sim.config.base import MAX_TOK_S, MIN_TOK_S, Strict, input_file
+
+MAX_TOTAL_TOKENS = 10**10  # default serve.max_total_tokens: simulated tokens a scenario may ask for
 
 
 class Workload(Strict):
@@ -23,14 +25,16 @@ class Workload(Strict):
     runs: int = Field(
         1, gt=0, description="Closed loop: the requests are sent in this many back-to-back runs; each run the clients "
         "start together (a benchmark's repetitions).")
-    rate_per_s: PositiveFloat | None = Field(None, description="Open loop: mean arrival rate (requests/s).")
+    rate_per_s: float | None = Field(None, ge=MIN_TOK_S, le=MAX_TOK_S,
+        description="Open loop: mean arrival rate (requests/s).")
     arrival_law: Literal["poisson", "uniform"] = Field(
         "poisson", description="Open loop: poisson (exponential gaps) or uniform (evenly spaced).")
     trace: str | None = input_file(
         "Trace CSV (relative to the scenario file): columns arrived_at (s), num_prefill_tokens, "
         "num_decode_tokens (Azure 2023 layout), optional cached_tokens and acceptance; or arrival_s, prompt_tokens, "
         "cached_tokens, output_tokens, acceptance.")
-    time_scale: PositiveFloat = Field(1.0, description="Trace: arrival times multiplied by this (<1: more load).")
+    time_scale: float = Field(1.0, ge=1e-6, le=1e6,
+        description="Trace: arrival times multiplied by this (<1: more load).")
     lengths: str | None = input_file(
         "Not a trace: each request's prompt and output lengths drawn (with replacement) from the "
         "rows of this CSV (relative to the scenario file): num_prefill_tokens, num_decode_tokens (Azure and Vidur "
@@ -61,11 +65,11 @@ class Serve(Strict):
         150, gt=0, le=10_000_000, description="Shortest generation (tokens); lengths are uniform.")
     output_tokens_max: int = Field(260, gt=0, le=10_000_000, description="Longest generation (tokens).")
     output_tokens_mean: PositiveFloat | None = Field(
-        None, le=1e6, description="If set, lengths are exponential with this mean (tokens, at least 1, at most 1e7) "
+        None, le=1e6, description="If set, lengths are exponential with this mean (tokens, at least 1, at most 1e6) "
         "instead of uniform.")
     prompt_tokens: int = Field(26, ge=0, le=100_000_000, description="Prompt tokens of each request.")
     prompt_tokens_mean: PositiveFloat | None = Field(
-        None, le=1e7, description="If set, prompt lengths are exponential with this mean (tokens, at most 1e8) "
+        None, le=1e7, description="If set, prompt lengths are exponential with this mean (tokens, at most 1e7) "
         "instead of fixed.")
     cached_tokens: int = Field(0, ge=0, description="Of those, tokens already in the engine's prompt cache.")
     max_tokens: int | None = Field(
@@ -73,6 +77,10 @@ class Serve(Strict):
     request_overhead_s: float = Field(
         0.0, ge=0, le=1e9, description="Client, HTTP and tokenizer time before a request reaches the engine queue "
         "(s); part of TTFT, not GPU time.")
+    max_total_tokens: int = Field(
+        MAX_TOTAL_TOKENS, gt=0, le=10**15, description="Most tokens (prompt + output, summed over the requests) the "
+        "scenario may ask to simulate; a larger workload is refused before it runs (days of wall time). Raise it "
+        "when you mean it.")
     workload: Workload = Workload()
     admission: Admission = Admission()
     fidelity: Literal["counts", "lookups"] = Field(

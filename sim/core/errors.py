@@ -5,14 +5,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+MAX_PART_CHARS = 200  # a file name or a key path in a message, at most (characters)
+MAX_PROBLEM_CHARS = 1000  # the problem told, at most (characters)
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` on one line, in at most ``width`` characters: cut in the middle (``...``) when longer."""
+    text = str(text)
+    if len(text) > width:
+        head = (width - 3) // 2
+        text = text[:head] + "..." + text[len(text) - (width - 3 - head):]
+    return text.replace("\n", " ")
+
 
 class ScenarioError(Exception):
-    """Bad user input. ``str()`` is a single line: ``FILE: key.path: problem``."""
+    """Bad user input. ``str()`` is a single line: ``FILE: key.path: problem``, of at most about 1,400 characters
+    whatever the input: the file and the key path are cut to ``MAX_PART_CHARS`` characters, the problem to
+    ``MAX_PROBLEM_CHARS`` (a 10 MB key gives a short line)."""
 
     def __init__(self, source: str, path: str, problem: str):
-        self.source = source
-        self.path = path
-        self.problem = problem
+        self.source = cut(source, MAX_PART_CHARS)
+        self.path = cut(path, MAX_PART_CHARS)
+        self.problem = cut(problem, MAX_PROBLEM_CHARS)
+        source, path, problem = self.source, self.path, self.problem
         where = f"{source}: {path}: " if path else f"{source}: "
         super().__init__((where + problem).replace("\n", " "))
 

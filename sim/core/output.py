@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -120,11 +121,59 @@ def write_table(path: str, table: Table) -> None:
     atomic_write_with(path, write)
 
 
+# the temporary files atomic_write_with makes for NAME.csv or NAME.json: ".NAME.csv.XXXXXXXX.tmp" (mkstemp's 8 random
+# letters, digits or underscores); a write cut short (kill -9, power loss) leaves one behind
+_TEMP_NAME = re.compile(r"\.[^/]+\.(?:csv|json)\.[a-z0-9_]{8}\.tmp")
+
+
+def remove_stale_temps(folder: str) -> list[str]:
+    """Remove what writes of :func:`write_outputs` cut short left in ``folder``: only files named as its temporary
+    files are (``.NAME.csv.XXXXXXXX.tmp``, ``.NAME.json.XXXXXXXX.tmp``), never another file. The names removed."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in sorted(names):
+        path = os.path.join(folder, name)
+        if _TEMP_NAME.fullmatch(name) and os.path.isfile(path) and not os.path.islink(path):
+            try:
+                os.unlink(path)
+            except OSError:
+                continue
+            removed.append(name)
+    return removed
+
+
+def _remove_durably(path: str) -> None:
+    """Remove ``path`` (if there) and make the removal reach the disk before anything else is written."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def write_outputs(out_dir: str, summary: Mapping[str, Any], tables: Mapping[str, Table | Iterable[dict]],
                   summary_name: str = "summary.json") -> list[str]:
-    """Write each table as ``NAME.csv`` and then the summary (last, so its presence means the run finished). A
-    :class:`Table` has its header even with no rows; plain rows given as a list take their columns from the rows, as
-    an iterator (streaming) from the first row."""
+    """Write each table as ``NAME.csv`` and then the summary, last: its presence means the run finished. Into a
+    folder that holds an earlier run, the earlier summary is removed first (a run cut short leaves none, never the
+    old one beside new tables) and so are the temporary files earlier writes cut short left (only those; other files
+    stay). A :class:`Table` has its header even with no rows; plain rows given as a list take their columns from the
+    rows, as an iterator (streaming) from the first row."""
+    os.makedirs(out_dir, exist_ok=True)
+    summary_path = os.path.join(out_dir, summary_name)
+    _remove_durably(summary_path)
+    remove_stale_temps(out_dir)
     written = []
     for name, rows in tables.items():
         path = os.path.join(out_dir, f"{name}.csv")
@@ -135,7 +184,6 @@ def write_outputs(out_dir: str, summary: Mapping[str, Any], tables: Mapping[str,
         else:
             write_csv_stream(path, rows)
         written.append(path)
-    path = os.path.join(out_dir, summary_name)
-    atomic_write_text(path, dumps(summary))
-    written.append(path)
+    atomic_write_text(summary_path, dumps(summary))
+    written.append(summary_path)
     return written

@@ -1,28 +1,93 @@
-"""Measured tables: CSV files whose leading ``#`` lines carry provenance and units."""
+"""Measured tables: CSV files whose leading ``#`` lines carry provenance and units.
+
+:func:`read_measured` rejects what it cannot read with one line naming the file, and the row and column where it
+can: text that is not UTF-8, a header with a blank or repeated column name, a malformed CSV line. A UTF-8 byte order
+mark (what spreadsheet programs write) is accepted and dropped; a short row has its last cells blank, and cells beyond
+the header's (an unquoted comma in a trailing note) stay the last column's text. Its rows are :class:`Row` dicts:
+reading a column the table does not have (``row["machine"]``) is a one-line :class:`ScenarioError`, not a
+``KeyError``.
+"""
 
 from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterable
 
 from sim.core.errors import ScenarioError
 
+BOM = "\ufeff"
+
+
+class Row(dict):
+    """One data row (column -> cell text). A missing column is a one-line error naming the file, row and column."""
+
+    source: str = ""
+    line: int = 0
+
+    def __missing__(self, key: object) -> str:
+        raise ScenarioError(self.source, f"row {self.line}.{key}", f"missing column {key!r}: the header has "
+                            f"{', '.join(self) or 'no columns'}")
+
+
+class Rows(list):
+    """The data rows of a measured table (a list of :class:`Row`), with ``columns``, its header (also when there are
+    no rows) and ``source``, the file."""
+
+    columns: tuple[str, ...] = ()
+    source: str = ""
+
 
 def read_measured(path: str) -> tuple[list[str], list[dict[str, str]]]:
-    """(provenance lines without '# ', rows as dicts of strings). Errors are one-line ScenarioErrors."""
+    """(provenance lines without '# ', rows as dicts of strings). Errors are one-line ScenarioErrors. The rows are a
+    :class:`Rows` list of :class:`Row` dicts; row numbers in errors count data rows from 1."""
     try:
         with open(path, encoding="utf-8", newline="") as fh:
-            lines = fh.read().splitlines()
+            text = fh.read()
     except OSError as exc:
         raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ScenarioError(path, "", f"not UTF-8 text (byte {exc.start})") from None
+    lines = text.removeprefix(BOM).splitlines()
     provenance = [ln[1:].strip() for ln in lines if ln.startswith("#")]
     body = [ln for ln in lines if ln.strip() and not ln.startswith("#")]
     if not body:
         raise ScenarioError(path, "", "no header row")
-    rows = list(csv.DictReader(body))
+    if "\0" in text:
+        raise ScenarioError(path, "", "not a text table (it holds NUL bytes)")
+    try:
+        records = list(csv.reader(body))
+    except csv.Error as exc:
+        raise ScenarioError(path, "", f"not a CSV table ({exc})") from None
+    header = records[0]
+    for i, name in enumerate(header, start=1):
+        if not name.strip():
+            raise ScenarioError(path, "header", f"column {i} has no name: expected a name in every header cell")
+        if header.index(name) != i - 1:
+            raise ScenarioError(path, "header", f"column {name!r} appears twice")
+    rows = Rows()
+    rows.columns, rows.source = tuple(header), path
+    for line, cells in enumerate(records[1:], start=1):
+        if len(cells) > len(header):  # an unquoted comma in the last column (a note): the text as written
+            cells = [*cells[:len(header) - 1], ",".join(cells[len(header) - 1:])]
+        row = Row(zip(header, [*cells, *[""] * (len(header) - len(cells))], strict=True))  # short: blank cells
+        row.source, row.line = path, line
+        rows.append(row)
     return provenance, rows
+
+
+def require_columns(path: str, rows: Iterable[dict], columns: Iterable[str], what: str = "") -> None:
+    """A one-line error naming the file and the first of ``columns`` the table's header lacks (``rows`` as
+    :func:`read_measured` returns them)."""
+    header = getattr(rows, "columns", None)
+    if header is None:
+        first = next(iter(rows), None)
+        header = tuple(first) if first is not None else ()
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise ScenarioError(path, f"header.{missing[0]}", f"missing column{'s' if len(missing) > 1 else ''} "
+                            f"{', '.join(missing)}{f' ({what})' if what else ''}; the header has "
+                            f"{', '.join(header) or 'no columns'}")
 
 
 def number(row: dict[str, str], key: str, source: str, line: int, required: bool = True) -> float | None:

@@ -18,7 +18,7 @@ from sim.dense.report import report_lines
 from sim.dense.server import DenseServer
 from sim.dense.setup import DenseSetup, setup_dense
 from sim.serving.engine import ServeRun
-from sim.serving.metrics import load_metrics
+from sim.serving.metrics import load_metrics, share
 from sim.serving.queue import QueueSpec, Work, run_queue
 from sim.serving.served import ServedRequests
 from sim.serving.telemetry import TABLE
@@ -96,7 +96,7 @@ def dense_metrics(run: ServeRun) -> dict[str, float]:
         "kv_pool_tokens": float(setup.kv_pool_tokens),
         "kv_pool_gib": setup.kv_pool_gib,
         "kv_peak_share": stats["kv_peak_tokens"] / setup.kv_pool_tokens,
-        "kv_mean_share": stats["kv_area"] / busy / setup.kv_pool_tokens if busy > 0 else 0.0,
+        "kv_mean_share": share(stats["kv_area"] / busy, setup.kv_pool_tokens) if busy > 0 else 0.0,
         "kv_preemptions": float(stats["preemptions"]),
         "iterations": float(iterations),
         "memory_bound_share": stats["memory_bound_iterations"] / iterations if iterations else 0.0,
@@ -114,7 +114,7 @@ def dense_metrics(run: ServeRun) -> dict[str, float]:
             "ttft_s_median": float(np.median(r.ttft_s)),
             "requests": float(len(r)),
             "output_tokens": float(tokens),
-            "gpu_busy_share": busy / span if span > 0 else float("nan"),
+            "gpu_busy_share": share(busy, span),
         }
         if tpot.size:
             out |= {"decode_tok_s_median": float(np.median(1 / tpot)), "tpot_p50_s": float(np.percentile(tpot, 50)),

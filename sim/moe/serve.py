@@ -22,7 +22,7 @@ from sim.moe.prefill import prefill_seconds
 from sim.moe.report import report_lines
 from sim.moe.setup import EngineSetup, setup_engine
 from sim.serving.engine import ServeRun
-from sim.serving.metrics import SPILL_BUCKETS, fsum, load_metrics, spill_buckets
+from sim.serving.metrics import SPILL_BUCKETS, fsum, load_metrics, share, spill_buckets
 from sim.serving.queue import QueueSpec, SharedGpuServer, Timeline, Work, run_queue
 from sim.serving.served import ServedRequests, as_served
 from sim.serving.telemetry import SUM_NAMES, TABLE
@@ -141,11 +141,11 @@ def serve_metrics(eng: EngineSetup, requests, tl: Timeline | None = None) -> dic
         "pcie_spill_share": float(np.median(r.pcie_share)),
         "decode_tok_s": tokens / wall,
         "decode_tok_s_median": float(np.median(r.decode_tok_s)),
-        "gpu_busy_share": busy / decode,
-        "compute_share": fsum(c["compute_s"]) / decode,
-        "stall_share": fsum(c["stall_s"]) / decode,
-        "eager_share": fsum(c["eager_s"]) / decode,
-        "host_share": fsum(c["host_s"]) / decode,
+        "gpu_busy_share": share(busy, decode),
+        "compute_share": share(fsum(c["compute_s"]), decode),
+        "stall_share": share(fsum(c["stall_s"]), decode),
+        "eager_share": share(fsum(c["eager_s"]), decode),
+        "host_share": share(fsum(c["host_s"]), decode),
         "requests_spilling_share": float(np.mean(c["pcie_reads"] > 0)),
         # routed experts not served from the engine GPU's VRAM: peers, host CPU, PCIe reads (Basalt's "pcie=")
         "offload_share": float(np.median(np.divide(offload, routed, out=np.zeros(routed.size), where=routed > 0))),

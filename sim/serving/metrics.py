@@ -16,6 +16,17 @@ def fsum(values: np.ndarray) -> float:
     return float(sum(values.tolist()))
 
 
+def share(part: float, whole: float) -> float:
+    """``part / whole`` as a share of a resource (fraction, 0 to 1), NaN when ``whole`` is not positive.
+
+    The part and the whole are sums of the same times taken in different orders (a busy time added step by step
+    against a makespan or a total kept per request), so they can differ in the last bit: a share of
+    1.0000000000000002 is float rounding, not more than all of the time, and is clamped to 1 (and to 0 below)."""
+    if not whole > 0:
+        return float("nan")
+    return min(max(part / whole, 0.0), 1.0)
+
+
 def load_metrics(recs, tl: Timeline, vram: VramRows) -> dict[str, float]:
     """Throughput, TTFT, queueing and admission over the whole run; VRAM per GPU. Little's law check: the
     time-averaged number of requests in the engine (integrated over the run) against arrival rate x mean time in it."""
@@ -41,7 +52,7 @@ def load_metrics(recs, tl: Timeline, vram: VramRows) -> dict[str, float]:
         "makespan_s": span,
         "queue_wait_mean_s": float(wait.mean()) if wait.size else 0.0,
         "queue_peak": float(tl.peak_queue),
-        "gpu_active_share": tl.busy_s / span if span > 0 else float("nan"),
+        "gpu_active_share": share(tl.busy_s, span),
         "slots_active_mean": tl.active_area / span if span > 0 else float("nan"),
         "prefill_tok_s": new_tokens / prefill if prefill > 0 else float("nan"),
     }

@@ -18,8 +18,11 @@ Lengths are drawn here once per run, so the same seed gives the same requests wh
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import re
+import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +35,9 @@ TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL_COLUMNS = ("cached_tokens", "acceptance")
 MAX_TOKENS = 10**8  # a trace's prompt token counts: no request is longer
 MAX_OUTPUT_TOKENS = 10**7  # ... and its generated tokens (decoding 1e7 tokens already takes about a minute)
-MAX_TABLE_ROWS = 10**8  # a lengths table is read whole
+MAX_FILE_ROWS = 10**7  # lines of a trace or lengths table file (the shipped ones: at most 40,000)
+MAX_FILE_BYTES = 256 * 2**20  # ... and its size (bytes; the shipped ones: at most 0.9 MB)
+MAX_TABLE_ROWS = MAX_FILE_ROWS  # a lengths table is read whole
 
 
 @dataclass(frozen=True)
@@ -136,8 +141,7 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "
     A bad cell's key path is ``row N.column``, N being its line in the file (comment and blank lines counted).
     """
     try:
-        with open(path, encoding="utf-8-sig", newline="") as fh:
-            text = fh.read()
+        text = _read_table_text(path, key_path)
     except FileNotFoundError:
         raise ScenarioError(path, key_path, "file not found") from None
     except UnicodeDecodeError as exc:
@@ -215,6 +219,29 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "
                             run=np.zeros(n, dtype=np.int64))
     return RequestTable(arrival, prompt, cached_tokens=cached, output_tokens=out,
                         acceptance=cols.get("acceptance", np.full(n, np.nan)), client=np.full(n, -1, dtype=np.int64))
+
+
+def _read_table_text(path: str, key_path: str) -> str:
+    """The text of a trace or lengths table: a regular file (not a device or a pipe, which may never end) of at most
+    ``MAX_FILE_BYTES`` bytes and ``MAX_FILE_ROWS`` rows (ScenarioError otherwise), UTF-8 (a leading BOM dropped)."""
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):  # told as before: "cannot read: Is a directory"
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ScenarioError(path, key_path, "not a regular file (a device or a pipe?): expected a CSV file")
+    too_big = ScenarioError(path, key_path, f"larger than {MAX_FILE_BYTES // 2**20} MiB: expected a CSV file of at "
+                            f"most {MAX_FILE_BYTES // 2**20} MiB")
+    if st.st_size > MAX_FILE_BYTES:
+        raise too_big
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        text = fh.read(MAX_FILE_BYTES + 1)  # characters (at least as many bytes); the file may have grown since
+    if len(text) > MAX_FILE_BYTES:
+        raise too_big
+    breaks = text.count("\n") + text.count("\r") - text.count("\r\n")  # line ends as _data_lines splits them
+    if breaks > MAX_FILE_ROWS + 1:
+        raise ScenarioError(path, key_path, f"more than {MAX_FILE_ROWS:,} rows: expected at most {MAX_FILE_ROWS:,} "
+                            "lines after the header")
+    return text
 
 
 class _Cells:
@@ -301,5 +328,5 @@ def _cell(value: object) -> str:
     """A trace cell as written, shortened, for an error message."""
     if not isinstance(value, str):
         return "an empty cell"
-    text = repr(value)
+    text = repr(value[:41])  # no more than is shown
     return "bad value " + (text if len(text) <= 40 else text[:37] + "...")

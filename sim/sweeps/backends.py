@@ -4,17 +4,74 @@ record)`` as runs finish; a lost worker or run is a :class:`BackendFailure`, nev
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 
 from sim.core.errors import ScenarioError, SimulationError
 from sim.sweeps.keys import code_digest
 from sim.sweeps.tasks import Task
 
+WATCH_S = 1.0  # seconds between a worker's checks that the sweep that started it is still there
+
 
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and says what was saved
+
+
+def _die_with_parent() -> bool:
+    """Linux: have the kernel send this process SIGKILL when its parent (the forkserver, or the sweep itself under
+    spawn) exits. False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` is still there (always True on Windows, where ``os.kill`` would end it)."""
+    if sys.platform == "win32":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: there, but not ours (the pid reused): gone
+        return False
+    return True
+
+
+def _watch_parent(sweep_pid: int, parent_pid: int) -> None:
+    """Exit this worker at once when the sweep that started it or its own parent goes away (``kill -9`` of the
+    sweep leaves nobody to stop the workers)."""
+    while True:
+        time.sleep(WATCH_S)
+        if os.getppid() != parent_pid or not _alive(sweep_pid):
+            os._exit(1)
+
+
+def _worker_init(sweep_pid: int) -> None:
+    """Each pool worker: leave Ctrl-C to the sweep, and end when the sweep ends however it ends (a parent-death
+    signal where the kernel has one, and a watchdog thread in any case: under forkserver the worker's parent is the
+    server, not the sweep)."""
+    _ignore_sigint()
+    parent = os.getppid()
+    if parent == 1 or not _alive(sweep_pid):  # started after the sweep died
+        os._exit(1)
+    _die_with_parent()
+    threading.Thread(target=_watch_parent, args=(sweep_pid, parent), name="sim-watch-parent", daemon=True).start()
 
 
 def _run_task(task: Task) -> tuple[int, dict]:
@@ -60,7 +117,8 @@ def pool_backend(workers: int) -> Backend:
         ctx = multiprocessing.get_context(method)
         if method == "forkserver":
             ctx.set_forkserver_preload(["__main__", "sim.sweeps.backends", "sim.runner"])
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                   initargs=(os.getpid(),))
         futures = [pool.submit(_run_task, t) for t in tasks]
         yielded: set = set()
         try:

@@ -31,6 +31,7 @@ _BUILT_WHEN_USED = ConfigDict(defer_build=True)
 
 MAX_VALUES = 100_000  # values of one axis
 MAX_POINTS = 1_000_000  # points of a sweep
+MAX_RUNS = 100_000  # runs of a sweep (points x seeds x draws) unless --max-runs raises it
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _RANGE = re.compile(rf"^\s*({_NUMBER})\s*\.\.\s*({_NUMBER})\s*(?:([:*])\s*({_NUMBER}))?\s*$")
@@ -320,8 +321,11 @@ def _one_writer_per_path(where: str, axes: list[Axis], cli_sets: list[str]) -> N
 
 
 def build_plan(target: str, cli_axes: list[str], zip_axes: bool, seeds: int | None, uncertainty: int | None,
-               cli_sets: list[str]) -> Plan:
-    """Resolve TARGET (a scenario, or a sweep file naming one) and the command line's axes into points."""
+               cli_sets: list[str], max_runs: int = MAX_RUNS) -> Plan:
+    """Resolve TARGET (a scenario, or a sweep file naming one) and the command line's axes into points.
+
+    A plan of more than ``max_runs`` runs (points x seeds x draws) is refused before any point is built: a grid
+    multiplies, and a million points would hold the machine's memory before the first run."""
     raw = read_yaml(target)
     axes: list[Axis] = []
     base_sets: list[str] = []
@@ -357,11 +361,13 @@ def build_plan(target: str, cli_axes: list[str], zip_axes: bool, seeds: int | No
         lengths = {a.name: len(a.values) for a in axes}
         if len(set(lengths.values())) > 1:
             raise ScenarioError(where, "zip", f"zipped axes need equally many values, got {lengths}")
-        combos = list(zip(*(a.values for a in axes), strict=True))
+        total = len(axes[0].values)
     else:
         total = math.prod(len(a.values) for a in axes)
-        if total > MAX_POINTS:
-            raise ScenarioError(where, "axes", f"{total:,} points, more than {MAX_POINTS:,}")
+    _check_runs(where, total, plan.seeds, uncertainty, max_runs)
+    if zip_axes:
+        combos = list(zip(*(a.values for a in axes), strict=True))
+    else:
         combos = list(product(*(a.values for a in axes)))
     for combo in combos:
         plan.points.append({a.name: v for a, v in zip(axes, combo, strict=True)})
@@ -371,3 +377,15 @@ def build_plan(target: str, cli_axes: list[str], zip_axes: bool, seeds: int | No
         plan.point_sets.append(sets)
     return plan
 
+
+
+def _check_runs(where: str, points: int, seeds: int, draws: int | None, max_runs: int) -> None:
+    """Refuse a plan of more than ``max_runs`` runs (points x seeds x draws), or of more than MAX_POINTS points."""
+    runs = points * seeds * (draws or 1)
+    size = f"{points:,} points" + (f" x {seeds:,} seeds" if seeds > 1 else "") + (f" x {draws:,} draws" if draws
+                                                                                 else "")
+    if runs > max_runs:
+        raise ScenarioError(where, "axes", f"{size} = {runs:,} runs, more than the limit of {max_runs:,} runs "
+                            "(--max-runs N raises it)")
+    if points > MAX_POINTS:
+        raise ScenarioError(where, "axes", f"{points:,} points, more than {MAX_POINTS:,}")

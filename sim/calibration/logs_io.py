@@ -1,0 +1,158 @@
+"""Reading log files for :mod:`sim.calibration.logs` and writing its table: text checks, bounded line reading, and
+the summary, CSV and JSON written row by row (nothing holds every row)."""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import json
+import os
+import stat
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from sim.core.output import clean
+from sim.core.text import plural
+
+MAX_LINE = 65_536  # characters of one line examined; a longer line is counted as not understood
+SNIFF = 65_536  # bytes at the start of a file checked for binary data
+FLUSH_ROWS = 1000  # rows of CSV or JSON written at a time
+
+
+class LongLine(str):
+    """The start of a line longer than :data:`MAX_LINE` characters (the rest was skipped, never held)."""
+
+
+def check_text_file(path: str) -> None:
+    """Refuse, as a one-line ScenarioError, what is not a readable regular file of text: a FIFO or device (it could
+    be endless), or a NUL byte or invalid UTF-8 in the first :data:`SNIFF` bytes."""
+    from sim.core.errors import ScenarioError
+
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else
+                    "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+            raise ScenarioError(path, "", f"not a regular file ({kind}); save the log to a file and read that")
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF)
+            more = bool(fh.read(1))
+    except OSError as exc:
+        raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
+    at = head.find(b"\0")
+    if at < 0:
+        try:
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=not more)
+        except UnicodeDecodeError as exc:
+            at = exc.start
+    if at >= 0:
+        raise ScenarioError(path, "", f"not a text log (binary data at byte {at:,})")
+
+
+def file_lines(path: str) -> Iterator[str]:
+    """The lines of a text file, read one at a time (as ``str.splitlines`` splits them; undecodable bytes replaced);
+    a line longer than :data:`MAX_LINE` characters comes as a :class:`LongLine` of its first 160."""
+    from sim.core.errors import ScenarioError
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            while chunk := fh.readline(MAX_LINE + 1):
+                if len(chunk) > MAX_LINE and not chunk.endswith("\n"):
+                    while (rest := fh.readline(MAX_LINE)) and not rest.endswith("\n"):
+                        pass  # skipped: only the start is shown
+                    yield LongLine(chunk[:160])
+                else:
+                    yield from chunk.splitlines()
+    except OSError as exc:
+        raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
+
+
+def _indented(value: Any, pad: str) -> str:
+    """``value`` as the JSON ``sim.core.output.dumps`` writes, its lines after the first indented by ``pad``."""
+    return json.dumps(clean(value), indent=2, allow_nan=False).replace("\n", "\n" + pad)
+
+
+class JsonRows:
+    """Write ``{"rows": [...], "facts": ..., ...}`` exactly as ``dumps`` would, the rows as they come."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self.write = write
+        self.count = 0
+        self.buf: list[str] = ['{\n  "rows": [']
+
+    def row(self, row: dict) -> None:
+        """Write one row."""
+        self.buf.append(("\n    " if self.count == 0 else ",\n    ") + _indented(row, "    "))
+        self.count += 1
+        if len(self.buf) >= FLUSH_ROWS:
+            self.write("".join(self.buf))
+            self.buf = []
+
+    def finish(self, rest: dict) -> None:
+        """Close the rows and write the other keys of ``rest`` after them."""
+        self.buf.append("\n  ]" if self.count else "]")
+        for key, value in rest.items():
+            self.buf.append(f",\n  {json.dumps(key)}: " + _indented(value, "  "))
+        self.buf.append("\n}\n")
+        self.write("".join(self.buf))
+        self.buf = []
+
+
+class CsvRows:
+    """Write the CSV header, then rows as they come."""
+
+    def __init__(self, write: Callable[[str], None], fields: tuple[str, ...]) -> None:
+        self.write = write
+        self.out = io.StringIO()
+        self.writer = csv.DictWriter(self.out, fieldnames=fields, lineterminator="\n")
+        self.writer.writeheader()
+        self.pending = 0
+
+    def _flush(self) -> None:
+        self.write(self.out.getvalue())
+        self.out.seek(0)
+        self.out.truncate()
+        self.pending = 0
+
+    def row(self, row: dict) -> None:
+        """Write one row."""
+        self.writer.writerow(row)
+        self.pending += 1
+        if self.pending >= FLUSH_ROWS:
+            self._flush()
+
+    def finish(self) -> None:
+        """Write what is left."""
+        self._flush()
+
+
+SUMMARY_KEYS = (("prefill_tok_s", "prefill tok/s", 1), ("decode_tok_s", "decode tok/s", 1), ("ttft_s", "TTFT s", 1),
+                ("acceptance", "acceptance %", 100), ("expert_hit_rate", "hit %", 100), ("pcie_share", "pcie %", 100),
+                ("generation_throughput_tok_s", "generation tok/s", 1),
+                ("prompt_throughput_tok_s", "prompt tok/s", 1))
+
+
+def summary_lines(t: Any) -> list[str]:
+    """The default output of ``sim logs``: counts, medians and ranges per engine, start-up facts, examples of lines
+    not understood (``t`` is a :class:`sim.calibration.logs.LogTable`)."""
+    out = [f"{plural(t.lines, 'line')}: {plural(t.row_count, 'row')}, {plural(len(t.facts), 'start-up fact')}, "
+           f"{t.not_understood:,} not understood"
+           + (f", {plural(t.incomplete, 'incomplete request summary', 'incomplete request summaries')}"
+              if t.incomplete else "")]
+    for e in sorted(t.engines):
+        (count,), columns = t.engines[e]
+        parts = [f"{count:,} {e} {'row' if count == 1 else 'rows'}"]
+        for key, label, _ in SUMMARY_KEYS:
+            values = sorted(columns[key])
+            if values:
+                mid = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1]
+                                                                          + values[len(values) // 2]) / 2
+                parts.append(f"{label} median {mid:.4g} ({values[0]:.4g}-{values[-1]:.4g})")
+        out.append("  " + "; ".join(parts))
+    for f in t.facts:
+        out.append("  start-up: " + ", ".join(f"{k}={v}" for k, v in f.items() if v is not None))
+    for name, number, text, *reason in t.examples:
+        why = f" ({reason[0]})" if reason and reason[0] else ""
+        out.append(f"  not understood{why}, {name}:{number}: {text}")
+    return out

@@ -121,14 +121,14 @@ def write_table(path: str, table: Table) -> None:
     atomic_write_with(path, write)
 
 
-# the temporary files atomic_write_with makes for NAME.csv or NAME.json: ".NAME.csv.XXXXXXXX.tmp" (mkstemp's 8 random
-# letters, digits or underscores); a write cut short (kill -9, power loss) leaves one behind
+# the temporary files atomic_write_with makes for NAME.csv or NAME.json: ".NAME.csv.RANDOM08.tmp" (RANDOM08:
+# mkstemp's 8 random letters, digits or underscores); a write cut short (kill -9, power loss) leaves one behind
 _TEMP_NAME = re.compile(r"\.[^/]+\.(?:csv|json)\.[a-z0-9_]{8}\.tmp")
 
 
 def remove_stale_temps(folder: str) -> list[str]:
     """Remove what writes of :func:`write_outputs` cut short left in ``folder``: only files named as its temporary
-    files are (``.NAME.csv.XXXXXXXX.tmp``, ``.NAME.json.XXXXXXXX.tmp``), never another file. The names removed."""
+    files are (``.NAME.csv.RANDOM08.tmp``, ``.NAME.json.RANDOM08.tmp``), never another file. The names removed."""
     removed = []
     try:
         names = os.listdir(folder)

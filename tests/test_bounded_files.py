@@ -166,7 +166,7 @@ def _tables(fail_after: int | None = None) -> dict:
                 raise KeyboardInterrupt  # the run killed while writing its first table
             yield {"i": i}
 
-    return {"requests": Table(("i",), rows()), "jobs": [{"j": 1}]}
+    return {"requests": Table(("i",), rows()), "jobs": Table(("j",), [{"j": 1}])}
 
 
 def test_a_run_cut_short_leaves_no_summary_and_the_next_cleans_up(tmp_path):

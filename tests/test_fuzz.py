@@ -270,6 +270,23 @@ table_cells = st.one_of(st.sampled_from(["", "abc", "-1", "1e300", "nan", "1,5",
                         st.text(max_size=10))
 
 
+def corrupt(data, lines: list[str], row: int, kind: str) -> list[str]:
+    """A CSV's ``lines`` with one change at ``row``: a cell replaced (``cell``), the row dropped (``drop``), the
+    table cut after it (``cut``) or a byte order mark before the first line (``bom``)."""
+    lines = list(lines)
+    if kind == "cell":
+        cells = lines[row].split(",")
+        cells[data.draw(st.integers(0, len(cells) - 1))] = data.draw(table_cells)
+        lines[row] = ",".join(cells)
+    elif kind == "drop":
+        del lines[row]
+    elif kind == "cut":
+        lines = lines[: row + 1]
+    else:
+        lines[0] = "\ufeff" + lines[0]
+    return lines
+
+
 @fuzz(150)
 @given(data=st.data())
 def test_measured_tables_read_or_say_why_in_one_line(data, tmp_path_factory):
@@ -283,17 +300,7 @@ def test_measured_tables_read_or_say_why_in_one_line(data, tmp_path_factory):
         if not lines:
             break
         i = data.draw(st.integers(0, len(lines) - 1))
-        kind = data.draw(st.sampled_from(["cell", "drop", "cut", "bom"]))
-        if kind == "cell":
-            cells = lines[i].split(",")
-            cells[data.draw(st.integers(0, len(cells) - 1))] = data.draw(table_cells)
-            lines[i] = ",".join(cells)
-        elif kind == "drop":
-            del lines[i]
-        elif kind == "cut":
-            lines = lines[: i + 1]
-        else:
-            lines[0] = "\ufeff" + lines[0]
+        lines = corrupt(data, lines, i, data.draw(st.sampled_from(["cell", "drop", "cut", "bom"])))
     path = tmp_path_factory.mktemp("t") / source
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     try:
@@ -423,17 +430,8 @@ def test_validate_on_corrupted_loading_tables_exits_cleanly(data, tmp_path_facto
     body = [i for i, line in enumerate(lines) if line and not line.startswith("#")]
     i = data.draw(st.sampled_from(body))
     kind = data.draw(st.sampled_from(["cell", "header", "drop", "bom", "cut"]))
-    if kind in ("cell", "header"):
-        row = body[0] if kind == "header" else i
-        cells = lines[row].split(",")
-        cells[data.draw(st.integers(0, len(cells) - 1))] = data.draw(table_cells)
-        lines[row] = ",".join(cells)
-    elif kind == "drop":
-        del lines[i]
-    elif kind == "bom":
-        lines[0] = "\ufeff" + lines[0]
-    else:
-        lines = lines[: body[0] + 1]  # the header alone
+    row = body[0] if kind in ("header", "cut") else i  # the header changed, or the table cut to the header alone
+    lines = corrupt(data, lines, row, "cell" if kind == "header" else kind)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     r = CliRunner().invoke(main, ["validate", "--root", str(root), "--only", "loading", "--json"])
     assert r.exit_code in (0, 1, 2), r.output[-300:]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 import os
@@ -76,37 +75,6 @@ def atomic_write_text(path: str, text: str) -> None:
     atomic_write_with(path, write)
 
 
-def csv_text(rows: Iterable[Mapping[str, Any]]) -> str:
-    rows = list(rows)
-    buf = io.StringIO()
-    if not rows:
-        return ""
-    fields: list[str] = []
-    for r in rows:
-        fields += [k for k in r if k not in fields]
-    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: ("" if v is None else v) for k, v in clean(r).items()})
-    return buf.getvalue()
-
-
-def write_csv_stream(path: str, rows: Iterable[Mapping[str, Any]]) -> None:
-    """Write rows that all have the same columns (those of the first) to ``path`` as they come, atomically: a long
-    table never sits in memory whole."""
-
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            w = None
-            for r in rows:
-                if w is None:
-                    w = csv.DictWriter(fh, fieldnames=list(r), lineterminator="\n")
-                    w.writeheader()
-                w.writerow({k: ("" if v is None else v) for k, v in clean(r).items()})
-
-    atomic_write_with(path, write)
-
-
 def write_table(path: str, table: Table) -> None:
     """Write ``table`` to ``path`` as CSV, atomically, its rows as they come (a long table never sits in memory
     whole); the header is written even when there are no rows."""
@@ -163,26 +131,20 @@ def _remove_durably(path: str) -> None:
         os.close(fd)
 
 
-def write_outputs(out_dir: str, summary: Mapping[str, Any], tables: Mapping[str, Table | Iterable[dict]],
+def write_outputs(out_dir: str, summary: Mapping[str, Any], tables: Mapping[str, Table],
                   summary_name: str = "summary.json") -> list[str]:
     """Write each table as ``NAME.csv`` and then the summary, last: its presence means the run finished. Into a
     folder that holds an earlier run, the earlier summary is removed first (a run cut short leaves none, never the
     old one beside new tables) and so are the temporary files earlier writes cut short left (only those; other files
-    stay). A :class:`Table` has its header even with no rows; plain rows given as a list take their columns from the
-    rows, as an iterator (streaming) from the first row."""
+    stay). Each :class:`Table` has its header even with no rows, and rows given as an iterator stream to disk."""
     os.makedirs(out_dir, exist_ok=True)
     summary_path = os.path.join(out_dir, summary_name)
     _remove_durably(summary_path)
     remove_stale_temps(out_dir)
     written = []
-    for name, rows in tables.items():
+    for name, table in tables.items():
         path = os.path.join(out_dir, f"{name}.csv")
-        if isinstance(rows, Table):
-            write_table(path, rows)
-        elif isinstance(rows, list):
-            atomic_write_text(path, csv_text(rows))
-        else:
-            write_csv_stream(path, rows)
+        write_table(path, table)
         written.append(path)
     atomic_write_text(summary_path, dumps(summary))
     written.append(summary_path)

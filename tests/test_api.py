@@ -39,13 +39,15 @@ def test_set_returns_a_new_validated_scenario_with_set_semantics():
     assert {s.config.machines["strata_box"].engine.policy for s in same} == {"lru"}
     added = sim.load(HOME_LAB).set({"jobs.extra.model": "9B", "jobs.extra.tokens": 800})  # an entry of a named map
     assert added.get("jobs.extra.tokens") == 800 and "extra" in added.config.jobs
-    assert base.get("machines.strata_box.engine.step.dense_s") == pytest.approx(0.00804138)  # from its calibration
+    assert base.get("machines.strata_box.engine.step.layer_s") == pytest.approx(7.30167e-05)  # its calibration's
     assert base.get("serve.fidelity") == "counts"  # a schema default
     step = base.get("machines.strata_box.engine.step")  # a section: every value, defaults and calibrations included
-    assert step["dense_s"] == pytest.approx(0.00804138) and step["break_mode"] == "sticky"
+    assert step["layer_s"] == pytest.approx(7.30167e-05) and step["break_mode"] == "sticky"
+    assert step["dense_s"] is None  # left to the card's specs
+    assert base.get("gpus.rtx5090.hbm_gbps") == 1792  # from the catalog
     assert base.get("serve")["workload"]["kind"] == "sequential"
-    step["dense_s"] = 1.0  # plain data: a copy
-    assert base.config.machines["strata_box"].engine.step.dense_s == pytest.approx(0.00804138)
+    step["layer_s"] = 1.0  # plain data: a copy
+    assert base.config.machines["strata_box"].engine.step.layer_s == pytest.approx(7.30167e-05)
     with pytest.raises(KeyError):
         base.get("machines.strata_box.engine.no_such_key")
     pairs = sim.load(GEN3, [("serve.requests", 7), "serve.prompt_tokens=9"])  # (path, value) pairs and --set text

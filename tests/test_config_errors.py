@@ -218,6 +218,14 @@ def test_no_warning_on_a_shipped_scenario(path):
     assert plausibility_warnings(load_scenario(path)[0], path) == []
 
 
+def test_an_acknowledged_warning_is_not_printed_and_needs_its_path():
+    scn = load_scenario(HOME_LAB)[0]
+    assert "machines.rtx4090_box.decode_tok_s.9B" in scn.acknowledged_warnings  # the catalog's bandwidth says so
+    bare = load_scenario(HOME_LAB, ["acknowledged_warnings={}"])[0]
+    assert [line.split(": ")[1] for line in plausibility_warnings(bare, HOME_LAB)] == [
+        "machines.rtx4090_box.decode_tok_s.9B"]
+
+
 def with_card(raw: dict, hbm_gbps: float = 1000.0) -> dict:
     raw["gpus"]["card"]["hbm_gbps"] = hbm_gbps
     return raw

@@ -138,12 +138,15 @@ def test_keys_cover_every_file_a_scenario_reads(tmp_path):
     the file makes stored rows stale, renaming it alone does not."""
     from sim.config.files import input_file_fields
     from sim.config.load import load_scenario
-    from sim.config.paths import set_dotted
+    from sim.config.paths import get_dotted, set_dotted
 
-    assert {"serve.workload.trace", "serve.workload.lengths"} <= set(input_file_fields())
+    assert {"serve.workload.trace", "serve.workload.lengths", "models.*.file"} <= set(input_file_fields())
     _, base = load_scenario(GEN3, FAST)
-    for field in input_file_fields():
-        assert "*" not in field  # (a file under a named map would need an entry here)
+    for pattern in input_file_fields():
+        field = pattern  # a file under a named map (models.*.file): in the scenario's first entry of that map
+        while "*" in field:
+            head, _, rest = field.partition(".*")
+            field = f"{head}.{next(iter(get_dotted(base, head)[1]))}{rest}"
         path = tmp_path / f"{field}.csv"
         path.write_text("prompt_tokens,output_tokens\n10,20\n")
         raw = json.loads(json.dumps(base))

@@ -38,7 +38,7 @@ def test_cells_judge_rates_shares_and_ranges():
 
 @pytest.mark.slow
 def test_validate_fails_when_a_mechanism_is_broken(tmp_path):
-    """Copy the project, break the Strata calibration (a tenfold dense step), and validate must exit 1."""
+    """Copy the project, break the Strata calibration (a tenfold fixed cost per layer), and validate must exit 1."""
     import shutil
 
     for part in ("scenarios", "calibration"):
@@ -47,7 +47,7 @@ def test_validate_fails_when_a_mechanism_is_broken(tmp_path):
 
     cal = tmp_path / "calibration" / "strata_moe.yaml"
     data = yaml.safe_load(cal.read_text())
-    data["parameters"]["machines.strata_box.engine.step.dense_s"] *= 10
+    data["parameters"]["machines.strata_box.engine.step.layer_s"] *= 10
     cal.write_text(yaml.safe_dump(data))
     r = CliRunner().invoke(main, ["validate", "--root", str(tmp_path), "--only", "concurrency"])
     assert r.exit_code == 1 and "OUTSIDE" in r.output

@@ -7,6 +7,7 @@ of the file (names, loading, disks, machines, jobs, dispatch, serve, report), an
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from sim.config.engine import Engine, StepCost
@@ -92,6 +93,13 @@ def _machine(s: Scenario, name: str, m: Machine) -> list[Problem]:
         errs += _engine(s, m, f"{p}.engine", m.engine)
     for gname, g in m.gpus.items():
         errs += _gpu(s, f"{p}.gpus.{gname}", g)
+    if m.host is not None and m.host.type is not None:
+        from sim.catalog import closest, host_entries
+
+        if m.host.type not in host_entries():
+            hint = closest("hosts", m.host.type)
+            errs.append((f"{p}.host.type", m.host.type, "expected a host of the catalog (sim catalog --kind hosts "
+                         "lists them)" + (f"; did you mean '{hint}'?" if hint else "")))
     for key in m.decode_tok_s:
         errs += _need(f"{p}.decode_tok_s.{key}", key, s.models, "a model")
     for i, key in enumerate(m.resident_models):
@@ -102,8 +110,16 @@ def _machine(s: Scenario, name: str, m: Machine) -> list[Problem]:
 
 
 def _gpu(s: Scenario, p: str, g) -> list[Problem]:
-    """A GPU names a card type, and its link trains no higher than card and slot allow."""
-    errs = _need(f"{p}.type", g.type, s.gpus, "a GPU type")
+    """A GPU names a card type (the scenario's or the catalog's), and its link trains no higher than card and slot
+    allow."""
+    from sim.catalog import closest, gpu_entries
+
+    errs: list[Problem] = []
+    if g.type not in s.gpus:
+        hint = difflib.get_close_matches(str(g.type), [*s.gpus, *gpu_entries()], n=1) or \
+            [c for c in [closest("gpus", str(g.type))] if c]
+        errs.append((f"{p}.type", g.type, "expected a GPU type of the scenario's gpus or of the catalog (sim catalog "
+                     "lists them)" + (f"; did you mean '{hint[0]}'?" if hint else "")))
     card = s.gpus.get(g.type)
     if card is None:
         return errs
@@ -131,8 +147,22 @@ def _engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
 
 def _moe_engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
     """An expert-cache engine: every step cost, its VRAM overhead, peers, a prompt rate, layer split, host RAM."""
-    errs: list[Problem] = [(f"{p}.step.{field}", None, CALIBRATED) for field, value in e.step if value is None]
+    errs: list[Problem] = []
     moe = s.models[e.model].moe if e.model in s.models else None
+    gpu = m.gpus.get(e.gpu)
+    card = s.gpus.get(gpu.type) if gpu is not None else None
+    if moe is not None and card is not None:  # (an unknown card is reported under the machine's gpus)
+        mp = p.rsplit(".engine", 1)[0]
+        errs += [(f"{mp}.{where}", None, f"missing: expected {expected}")
+                 for where, expected in _missing_specs(e, moe, card, m, model=e.model, card_type=gpu.type)]
+        for name, peer in e.peers.items():
+            g = m.gpus.get(name)
+            peer_card = s.gpus.get(g.type) if g is not None else None
+            if g is not None and peer_card is not None and peer.expert_s is None and peer_card.hbm_gbps is None:
+                errs.append((f"{p}.peers.{name}.expert_s", None, f"missing: expected a value (s, here or from a "
+                             f"calibration file), or gpus.{g.type}.hbm_gbps to derive it"))
+    if card is not None and e.power is not None and e.power.busy_w is None and card.board_power_w is None:
+        errs.append((f"{p}.power.busy_w", None, f"missing: expected a value (W), or gpus.{gpu.type}.board_power_w"))
     if e.overhead_gib is None and moe is not None:
         if moe.dense_gib is None:
             errs.append((f"{p}.overhead_gib", None, f"a value, or models.{e.model}.moe.dense_gib to derive it"))
@@ -143,13 +173,36 @@ def _moe_engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
         errs += _need(f"{p}.peers.{peer}", peer, m.gpus, "a GPU of this machine")
         if peer == e.gpu:
             errs.append((f"{p}.peers.{peer}", peer, "a GPU other than the engine's own"))
-    if e.prefill_tok_s is None and e.prefill is None:
-        errs.append((f"{p}.prefill_tok_s", None, "a prompt rate (tok/s), or a 'prefill' section"))
+    card = s.gpus.get(gpu.type) if gpu is not None else None
+    if e.prefill_tok_s is None and e.prefill is None and (card is None or card.tflops is None):
+        errs.append((f"{p}.prefill_tok_s", None, "a prompt rate (tok/s), or a 'prefill' section, or the card's "
+                     "tflops to derive prefill from"))
     if e.placement == "layer_split":
         errs += _layer_split(m, p, e)
     if e.host_ram_gib is not None and m.disk is None:
         errs.append((f"{p}.host_ram_gib", e.host_ram_gib, "a machine 'disk' to hold the experts beyond it"))
     return errs
+
+
+def _missing_specs(e: Engine, moe, card, machine: Machine, model: str, card_type: str) -> list[tuple[str, str]]:
+    """(dotted path within the machine, what is expected) of what an MoE engine's step costs cannot do without:
+    a value in seconds, or the specs it is derived from (sim.moe.spec_costs)."""
+    out: list[tuple[str, str]] = []
+    s = e.step
+    given = "a value (s, here or from a calibration file)"
+    hbm = f"gpus.{card_type}.hbm_gbps"
+    if s.dense_s is None and (moe.dense_gib is None or card.hbm_gbps is None):
+        out.append(("engine.step.dense_s", f"{given}, or models.{model}.moe.dense_gib and {hbm} to derive it"))
+    if s.gpu_expert_s is None and card.hbm_gbps is None:
+        out.append(("engine.step.gpu_expert_s", f"{given}, or {hbm} to derive it"))
+    host = machine.host
+    from sim.catalog import host_entries
+
+    unknown = host is not None and host.type is not None and host.type not in host_entries()  # reported apart
+    if s.cpu_expert_s is None and not unknown and (host is None or host.paper_gbps is None):
+        out.append(("engine.step.cpu_expert_s", f"{given}, or the machine's host (a catalog type, dram_gbps, or "
+                    "channels and mt_s) to derive it"))
+    return out
 
 
 def _layer_split(m: Machine, p: str, e: Engine) -> list[Problem]:

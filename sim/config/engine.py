@@ -10,11 +10,36 @@ from sim.config.base import MAX_GBPS, MAX_GIB, MAX_MIB, MAX_TOK_S, MIN_FRACTION,
 
 
 class StepCost(Strict):
-    """Decode step-time mechanism of an expert-offloading engine (sim.moe.stepcost); every value fitted, in seconds."""
+    """Decode step-time mechanism of an expert-offloading engine (sim.moe.stepcost). What the card's specs determine
+    is derived from them (sim.moe.spec_costs): bytes a step reads over the card's memory bandwidth, arithmetic over
+    its tensor throughput, expert bytes over the host's DRAM bandwidth. What is fitted are the shares of those rates
+    the engine gets and its fixed costs. A value in seconds given here (dense_s, gpu_expert_s, cpu_expert_s)
+    replaces the derived one, as measured on that card."""
 
-    dense_s: float | None = Field(None, gt=0, description="GPU time of a verification step outside routed experts (s).")
-    gpu_expert_s: float | None = Field(None, ge=0, description="GPU time per resident expert a step touches (s).")
-    cpu_expert_s: float | None = Field(None, gt=0, description="Host CPU time per missed expert it computes (s).")
+    memory_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of the card's memory bandwidth (hbm_gbps) a step's weight "
+        "and KV reads get (fraction).")
+    compute_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of the card's tensor throughput (tflops) a step's "
+        "arithmetic gets (fraction).")
+    layer_s: float | None = Field(
+        None, ge=0, le=0.1, description="Fixed GPU time per layer per step besides its bytes and arithmetic: kernel "
+        "launches, norms, router, synchronisation on the fused path (s).")
+    cpu_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of the host's paper DRAM bandwidth the CPU reads an "
+        "expert's weights at when it computes a missed expert (fraction).")
+    cpu_sync_s: float | None = Field(
+        None, ge=0, le=0.1, description="Host round trip of a layer whose missed experts the CPU computes: "
+        "activations to the host, the CPU woken, its results back (s).")
+    cpu_budget_s: float | None = Field(
+        None, ge=0, le=0.1, description="CPU time per layer the engine gives missed experts in host RAM: the CPU "
+        "computes the misses it finishes within it, the rest cross PCIe (s).")
+    dense_s: float | None = Field(None, gt=0, description="GPU time of a verification step outside routed experts, "
+                                  "without the KV reads (s). Default: derived from the card's specs.")
+    gpu_expert_s: float | None = Field(None, ge=0, description="GPU time per resident expert a step touches (s). "
+                                       "Default: its bytes over the card's memory bandwidth.")
+    cpu_expert_s: float | None = Field(None, gt=0, description="Host CPU time per missed expert it computes (s). "
+                                       "Default: its bytes over the host's DRAM bandwidth.")
     pcie_latency_s: float | None = Field(
         None, ge=0, description="Fixed cost of a layer that reads experts over PCIe (s).")
     graph_break_s: float | None = Field(
@@ -29,9 +54,13 @@ class StepCost(Strict):
 
 
 class Power(Strict):
-    idle_w: float = Field(ge=0, description="GPU power while idle (W).")
-    busy_w: float = Field(ge=0, description="GPU power while computing (W).")
-    stalled_w: float = Field(ge=0, description="GPU power while busy but waiting for experts (W).")
+    idle_w: float = Field(ge=0, le=5000, description="GPU power while idle (W).")
+    busy_w: float | None = Field(None, ge=0, le=5000,
+        description="GPU power while computing (W). Default: the card's board_power_w.")
+    stalled_w: float | None = Field(None, ge=0, le=5000, description="GPU power while busy but waiting for experts "
+                                    "(W). Default: idle_w + stalled_share x (busy_w - idle_w).")
+    stalled_share: float | None = Field(
+        None, ge=0, le=1, description="Where the stalled power sits between idle and busy (fraction).")
 
 
 class PeerTier(Strict):
@@ -43,7 +72,9 @@ class PeerTier(Strict):
     overhead_gib: float = Field(0.0, ge=0, le=MAX_GIB,
         description="The engine's own VRAM on this GPU besides expert copies (GiB).")
     reserve_mib: float = Field(0.0, ge=0, le=MAX_MIB, description="VRAM left unused on this GPU (MiB).")
-    expert_s: float = Field(gt=0, description="This GPU's time per routed expert it computes (s).")
+    expert_s: float | None = Field(None, gt=0, description="This GPU's time per routed expert it computes (s). "
+                                   "Default: the expert's bytes over this card's memory bandwidth, at the engine's "
+                                   "step.memory_efficiency.")
     latency_s: float = Field(ge=0, description="Activations to the peer and back, per layer that uses it (s).")
     runtime_mib: float = Field(
         0.0, ge=0, le=MAX_MIB,
@@ -51,12 +82,16 @@ class PeerTier(Strict):
         "process's working memory) (MiB): placement does not see it.")
     paging_threshold_mib: float = Field(
         0.0, ge=-MAX_MIB, le=MAX_MIB,
-        description="When VRAM left free on this GPU falls under this (MiB), the driver pages its memory and "
-        "every expert it computes is paged in at paging_gbps.")
+        description="When VRAM left free on this GPU falls under this (MiB), the driver pages its memory: of the "
+        "experts a step computes there, the share that the shortfall is of their bytes (all of them once it "
+        "exceeds what a step touches on the card) is paged in at paging_gbps.")
     paging_gbps: float | None = Field(
         None, ge=MIN_GBPS, le=MAX_GBPS,
         description="Rate at which the driver pages expert weights in over this GPU's link while its "
-        "memory is oversubscribed (GB/s): each expert it computes then also waits expert bytes / this rate.")
+        "memory is oversubscribed (GB/s). Default: paging_link_share x the link's copy rate.")
+    paging_link_share: float | None = Field(
+        None, ge=1e-4, le=1, description="Share of this GPU's link rate the driver's page faults move expert "
+        "weights at while its memory is oversubscribed (fraction).")
 
 
 class Prefill(Strict):

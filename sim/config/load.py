@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from sim.config.base import Strict
 from sim.config.calibrate import Calibrate
 from sim.config.checks import cross_reference_errors
+from sim.config.defaults import fill_defaults
 from sim.config.files import input_file_slots
 from sim.config.messages import format_validation_error, short
 from sim.config.paths import get_dotted, parse_set, set_dotted
@@ -109,7 +110,10 @@ def load_scenario(path: str, overrides: Iterable[Override] = ()) -> tuple[Scenar
         if not any(k == where or where.startswith(k + ".") for _, k, _ in sets):  # a --set path: from the cwd
             _resolve_relative(parent, key, path)
     try:
-        return validate(resolved, path), resolved
+        filled = fill_defaults(resolved, path)
+        scenario = validate(resolved, path)
+        scenario._defaults = tuple(filled)
+        return scenario, resolved
     except ScenarioError as exc:
         raise combined(_fold_created([_blame(e, origins, resolved) for e in each_error(exc)], origins)) from None
 

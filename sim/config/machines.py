@@ -45,8 +45,19 @@ class GpuType(Strict):
         description="Memory bandwidth (GB/s, card spec); a dense engine's "
         "iterations read the weights and KV at a share of it.")
     tflops: float | None = Field(None, ge=1e-6, le=1e6,
-        description="Dense FP16/BF16 tensor throughput (TFLOP/s, card spec); a "
-        "dense engine's matrix products run at a share of it.")
+        description="Dense FP16/BF16 tensor throughput with FP32 accumulate, no sparsity (TFLOP/s, card spec); "
+        "matrix products run at a share of it.")
+    int8_tops: float | None = Field(None, ge=1e-6, le=1e6,
+        description="Dense INT8 tensor throughput (TOPS, card spec).")
+    board_power_w: float | None = Field(None, gt=0, le=5000,
+        description="Total board (graphics) power (W, card spec): an engine's busy power unless its power section "
+        "says otherwise.")
+    memory: str = Field("", description="Memory technology (GDDR6X, HBM3, LPDDR5X, ...).")
+    vendor: str = Field("", description="nvidia, amd, intel or apple.")
+    unified: bool = Field(False, description="Unified memory shared with the CPU (Apple M-series, GB10).")
+    name: str = Field("", description="Marketing name (catalog).")
+    source: str = Field("", description="Where the numbers come from (vendor spec sheet URL).")
+    note: str = ""
 
 
 class Gpu(Strict):
@@ -66,6 +77,33 @@ class Gpu(Strict):
         description="VRAM taken by other processes and the driver (GiB).")
 
 
+class Host(Strict):
+    """The host CPU and its memory: what computes experts held in host RAM, and how fast it reads them."""
+
+    type: str | None = Field(None, description="Key of a host in the catalog (`sim catalog --kind hosts`); its "
+                             "fields are defaults for the ones below.")
+    dram: str = Field("", description="DRAM kind (DDR4, DDR5).")
+    mt_s: float | None = Field(None, ge=100, le=20000, description="DRAM transfer rate (MT/s).")
+    channels: int | None = Field(None, ge=1, le=24, description="64-bit DRAM channels populated.")
+    dram_gbps: float | None = Field(None, ge=MIN_GBPS, le=MAX_GBPS,
+        description="Paper DRAM bandwidth (GB/s). Default: channels x 8 bytes x mt_s.")
+    cores: int | None = Field(None, ge=1, le=1024, description="CPU cores.")
+    threads: int | None = Field(None, ge=1, le=2048, description="Hardware threads.")
+    ram_gib: float | None = Field(None, gt=0, le=MAX_GIB, description="Host RAM installed (GiB).")
+    name: str = ""
+    source: str = ""
+    note: str = ""
+
+    @property
+    def paper_gbps(self) -> float | None:
+        """DRAM bandwidth on paper (GB/s): as given, or channels x 8 bytes x MT/s."""
+        if self.dram_gbps is not None:
+            return self.dram_gbps
+        if self.channels is not None and self.mt_s is not None:
+            return self.channels * 8 * self.mt_s / 1000
+        return None
+
+
 class Loader(Strict):
     s_per_gb: float | None = Field(
         None, ge=0, description="Host-side loader cost per decimal GB (s/GB). Required, here or from a calibration.")
@@ -78,6 +116,7 @@ class Machine(Strict):
     disk: str | None = Field(None, description="Key of a disk under 'disks' holding the model files (none: no loads).")
     page_cache_gib: float = Field(0.0, ge=0, le=MAX_GIB, description="Host RAM available to the page cache (GiB).")
     loader: Loader = Loader()
+    host: Host | None = Field(None, description="The host CPU and DRAM (experts computed on the CPU).")
     engine: Engine | None = Field(None, description="An expert-offloading engine serving an MoE model.")
     gpus: dict[str, Gpu] = Field(default_factory=dict, description="GPUs of a discrete machine, by name.")
     unified_memory_gib: float | None = Field(None, gt=0, le=MAX_GIB,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from sim.config.base import MAX_KIB, MAX_MIB, MIN_KIB, Strict
+from sim.config.base import MAX_KIB, MAX_MIB, MIN_KIB, Strict, input_file
 
 MAX_WEIGHTS_GIB = 65536  # weights of a model (GiB)
 
@@ -13,7 +13,18 @@ class Routing(Strict):
     """Expert popularity of the served workload (see sim.moe.routing)."""
 
     exponent: float = Field(1.0, ge=0, le=5, description="Zipf exponent of expert popularity per layer (0: uniform).")
-    locality: float = Field(0.0, ge=0, lt=1, description="Probability a lookup repeats the previous token's expert.")
+    exponent_depth_slope: float = Field(
+        0.0, ge=-5, le=5, description="Change of the Zipf exponent from the first MoE layer to the last: a layer at "
+        "relative depth d (0 first, 1 last) has exponent + slope * (d - 1/2), at least 0 (0: every layer alike).")
+    locality: float = Field(
+        0.0, ge=0, lt=1, description="Reuse between consecutive tokens (fraction): each position of the router's "
+        "draw stream carries over to the next token with this probability, so about this share of a token's experts "
+        "in a layer repeat the previous token's beyond what popularity alone gives (consecutive overlap "
+        "|E(t) & E(t+1)| / top_k = sum(pi - (1 - pi) (1 - (1 - pi)^(1 - locality))) / top_k).")
+    trace: str | None = input_file(
+        "A route trace (relative to the scenario file; sim.moe.route_trace: CSV request,token,layer,experts or "
+        "JSONL): the served popularity per layer becomes its smoothed frequencies and locality its consecutive "
+        "overlap's reuse (exponent, exponent_depth_slope and locality are then not used).")
     drift_weight: float = Field(0.0, ge=0, le=1, description="Share of a request's lookups on its own hot set.")
     drift_hot_experts: int = Field(0, ge=0, description="Experts per layer in a request's own hot set.")
     drift_concentration: float = Field(
@@ -41,6 +52,9 @@ class Moe(Strict):
         None, ge=0, le=MAX_WEIGHTS_GIB,
         description="Weights outside the routed experts: attention, shared experts, embeddings (GiB).")
     kv_kib_per_token: float | None = Field(None, ge=0, le=MAX_KIB, description="KV cache per token of context (KiB).")
+    bits_per_weight: float | None = Field(
+        None, ge=1, le=32, description="Bits per weight of the experts and dense weights (from the model file's "
+        "tensor types): turns bytes into parameters for the arithmetic a step does. Default: 4.5 (Q4_K), assumed.")
     routing: Routing = Routing()
     draft: Draft = Draft()
 
@@ -65,6 +79,10 @@ class Dense(Strict):
 
 
 class ModelSpec(Strict):
+    file: str | None = input_file("A Hugging Face config.json or a GGUF file (relative to the scenario) the "
+                                  "geometry below is read from; values written here win.")
+    quant: str | None = Field(None, description="Quantization of a config.json model (Q4_K_M, Q8_0, BF16, MXFP4, ...); "
+                              "a GGUF file's tensors carry their own types (quant is then an error).")
     weights_gib: float = Field(gt=0, le=MAX_WEIGHTS_GIB, description="Bytes of weights to load (GiB).")
     tensors: int = Field(0, ge=0, description="Tensors in the weight files (loader per-tensor cost).")
     moe: Moe | None = Field(None, description="Mixture-of-experts geometry, when the model has routed experts.")

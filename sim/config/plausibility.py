@@ -25,7 +25,8 @@ def plausibility_warnings(scenario: Scenario, source: str) -> list[str]:
         found += _model(f"models.{name}", spec)
     for name, m in scenario.machines.items():
         found += _machine(scenario, f"machines.{name}", m)
-    return [f"{source}: {path}: {what}" for path, what in found]
+    known = scenario.acknowledged_warnings
+    return [f"{source}: {path}: {what}" for path, what in found if path not in known]
 
 
 def _model(p: str, spec: ModelSpec) -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from sim.config.base import Strict
 from sim.config.calibrate import Calibrate, InputSpread
@@ -68,6 +68,10 @@ class Scenario(Strict):
         default_factory=dict, description="dotted.path -> the scatter of a measured input value (a single-sample "
         "decode rate, say), drawn by --uncertainty besides the calibrations' fitted covariance.")
     report: Report = Report()
+    acknowledged_warnings: dict[str, str] = Field(
+        default_factory=dict, description="dotted.path -> why: plausibility warnings at these paths are known and "
+        "not printed (a measurement the catalog's specs contradict, say), each with its reason.")
+    _defaults: tuple[str, ...] = PrivateAttr(default=())  # dotted paths the catalog and model files filled
 
 
 EngineName = Literal["moe", "dense"]  # the engine kinds sim.engines registers

@@ -25,7 +25,8 @@ import simpy
 from sim.moe.decode_batch import TierSampler, engine_step_law
 from sim.moe.expert_counts import draws_per_step
 from sim.moe.setup import EngineSetup
-from sim.moe.stepcost import StepTimes
+from sim.moe.spec_costs import tokens_per_expert
+from sim.moe.stepcost import StepParams, StepTimes
 from sim.serving.queue import QueueSpec, Server, Timeline, Work
 from sim.serving.telemetry import LOOKUP_COUNTS, SUM_NAMES
 
@@ -38,6 +39,7 @@ class BatchSteps:
     def __init__(self, eng: EngineSetup, rng: np.random.Generator) -> None:
         self.eng, self.rng = eng, rng
         self.params = dataclasses.replace(eng.params, break_mode="per_step")
+        self.batch_params: dict[int, StepParams] = {}
         self.laws: dict[int, TierSampler] = {}
         moe = eng.moe
         self.draws = draws_per_step(moe.top_k, 1 + moe.draft.tokens, eng.law.locality)
@@ -47,16 +49,34 @@ class BatchSteps:
             self.laws[k] = TierSampler.build(engine_step_law(self.eng, self.eng.popularity, k * self.draws))
         return self.laws[k]
 
-    def sample(self, k: int, steps: int) -> tuple[StepTimes, dict[str, np.ndarray]]:
-        """Step times of ``steps`` batch steps, and per step the distinct experts touched, computed by peers and
-        read from disk."""
+    def params_for(self, k: int) -> StepParams:
+        """Step costs of a batch of ``k`` sequences: the dense work's arithmetic grows with the positions it
+        processes and each resident expert's with the tokens routed to it (a roofline: bytes or arithmetic,
+        whichever takes longer); from the card's specs, unless the scenario gives those costs in seconds."""
+        if k not in self.batch_params:
+            specs, moe = self.eng.specs, self.eng.moe
+            p = self.params
+            if specs is not None and k > 1:
+                positions = k * (1 + moe.draft.tokens)
+                tpe = tokens_per_expert(positions * moe.top_k, moe.experts_per_layer)
+                p = dataclasses.replace(p, dense_s=specs.dense_s(positions), gpu_expert_s=specs.gpu_expert_s(tpe))
+            self.batch_params[k] = p
+        return self.batch_params[k]
+
+    def sample(self, k: int, steps: int, context_tokens: float = 0.0) -> tuple[StepTimes, dict[str, np.ndarray]]:
+        """Step times of ``steps`` batch steps whose members hold ``context_tokens`` tokens of context together,
+        and per step the distinct experts touched, computed by peers and read from disk."""
         c = self.law(k).sample(self.eng, steps, self.rng)
         experts = {"routed": c.routed}
         if c.peer is not None:
             experts["peer_experts"] = c.peer.sum(axis=(1, 2))
         if c.disk is not None:
             experts["disk_reads"] = c.disk.sum(axis=1)
-        return c.times(self.params), experts
+        t = c.times(self.params_for(k))
+        kv = self.eng.specs.kv_s_per_token if self.eng.specs is not None else 0.0
+        if kv and context_tokens:  # attention reads every member's KV once per step
+            t = dataclasses.replace(t, compute_s=t.compute_s + kv * context_tokens)
+        return t, experts
 
 
 class BatchServer(Server):
@@ -64,9 +84,10 @@ class BatchServer(Server):
     process), and counts as busy whenever a sequence is active."""
 
     def __init__(self, env: simpy.Environment, work: Work, spec: QueueSpec, tl: Timeline, done,
-                 steps: np.ndarray, sampler: BatchSteps) -> None:
+                 steps: np.ndarray, sampler: BatchSteps, context: np.ndarray | None = None) -> None:
         super().__init__(env, work, spec, tl, done)
         self.steps, self.sampler = steps, sampler
+        self.context = np.zeros(len(steps)) if context is None else context  # each sequence's prompt (tokens)
         self.prefill_q: list[int] = []
         self.decoding: dict[int, int] = {}  # sequence -> verification steps left
         self.joined: dict[int, float] = {}
@@ -102,7 +123,11 @@ class BatchServer(Server):
             members = list(self.decoding)
             k = len(members)
             m = min(min(self.decoding.values()), CHUNK_STEPS)
-            t, experts = self.sampler.sample(k, m)
+            made = work.output_tokens[members] / np.maximum(self.steps[members], 1)  # tokens per step, mean
+            done = self.steps[members] - np.array([self.decoding[i] for i in members])
+            # the members' context at the chunk's middle step: it grows by `made` per step within the chunk
+            context = float(np.sum(self.context[members] + made * (done + (m - 1) / 2)))
+            t, experts = self.sampler.sample(k, m, context)
             ends = env.now + np.cumsum(t.total_s)
             timer = env.timeout(float(ends[-1] - env.now))
             yield timer | self.wake

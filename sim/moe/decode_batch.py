@@ -104,7 +104,8 @@ def fused_step_times(eng: EngineSetup, lw: TierSampler, steps: int, rng: np.rand
     stream's first ``steps x layers`` doubles and the host counts' the next as many, so two copies of the stream, one
     advanced past the first block of doubles, draw them a block at a time; every pass over a block then runs in
     cache instead of streaming arrays of millions of cells through memory. Layers stall only where they read over
-    PCIe (a few in a hundred), so the stalls are looked up there alone, once every step's eager state is known."""
+    PCIe or give the CPU more than their expert work hides, so the stalls are looked up there alone, once every
+    step's eager state is known."""
     layers = eng.moe.layers
     p = eng.params
     resident, host = lw.resident, lw.missed[0]
@@ -137,7 +138,7 @@ def fused_step_times(eng: EngineSetup, lw: TierSampler, steps: int, rng: np.rand
         missed[a:a + n] = mm.sum(axis=1, dtype=np.int32)
         routed[a:a + n] = rr.sum(axis=1, dtype=np.int32)
         compute[a:a + n] = np.take(tab.gpu, rr, mode="clip").sum(axis=1)
-        at = np.flatnonzero(reads)
+        at = np.flatnonzero(np.take(tab.stalls, cell, mode="clip"))
         if at.size:
             where.append(at + a * layers)
             which.append(cell.reshape(-1)[at])

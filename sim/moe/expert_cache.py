@@ -3,11 +3,21 @@
 Ids are flat (``layer * experts + expert``), one id per cache slot.
 
 - :func:`auto_slots`: the engine's own sizing, slots = (free VRAM - cache reserve - draft-head reserve) / slot size.
-- Static cache: pre-filled hottest-first from a ranked (layer, expert) profile; its hit rate is the popularity mass of
-  the cached experts (:func:`static_hit_rate`).
-- LRU and LFU, exact, one lookup at a time (the reference the fast paths are checked against; slow by design).
+- Static cache: pre-filled hottest-first from a ranked (layer, expert) profile of lookup shares (``pi / top_k``, see
+  :func:`sim.moe.routing.lookup_shares`); its hit rate is the lookup share of the cached experts
+  (:func:`static_hit_rate`).
+- LRU and LFU, exact, one lookup at a time (the reference the fast paths are checked against; slow by design), and
+  exact LRU of token sets (:func:`lru_set_hit_counts`: a token's experts of a layer requested together, evicted at
+  the token's end, as trace studies simulate a per-layer expert cache).
 - Che's approximation for LRU under independent references: a characteristic time T solves
   sum_i (1 - exp(-lambda_i T)) = C, and expert i hits with probability 1 - exp(-lambda_i T).
+- Its companion with reuse between consecutive tokens (:func:`che_reuse_hit_probabilities`): time counts tokens; an
+  expert is in the cache when a token within the last ``T`` referenced it, each token including it as the two-state
+  chain of :mod:`sim.moe.routing` does (``pi`` per token, ``b`` after a token without it, ``a = 1 - (1 - pi) b / pi``
+  after one with it). ``T`` solves ``sum_i (1 - (1 - pi_i)(1 - b_i)^(T - 1)) = C`` and a reference hits with ``1 - (1
+  - a_i)(1 - b_i)^(T - 1)``: Che over the fresh references, every repeat of the previous token a hit (reuse 0:
+  Che in discrete time, ``1 - (1 - pi)^T``). :func:`lru_cold_hit_rate`: the same for a cache started empty and
+  read for a given number of tokens (the window is ``min(T, tokens so far)``).
 """
 
 from __future__ import annotations
@@ -39,7 +49,8 @@ def static_cache(profile: np.ndarray, slots: int) -> np.ndarray:
 
 
 def static_hit_rate(mask: np.ndarray, popularity: np.ndarray) -> float:
-    """Expected hit rate of a static cache: lookups are spread evenly over layers, each by its layer's popularity."""
+    """Expected hit rate of a static cache: lookups are spread evenly over layers, each by its layer's lookup shares
+    ``popularity`` (rows summing to 1: :func:`sim.moe.routing.lookup_shares` of the routing law)."""
     layers = popularity.shape[0]
     return float((popularity.ravel() * mask).sum() / layers)
 
@@ -67,6 +78,132 @@ def che_hit_probabilities(rates: np.ndarray, capacity: int) -> np.ndarray:
 def che_hit_rate(rates: np.ndarray, capacity: int) -> float:
     rates = np.asarray(rates, dtype=float)
     return float((rates * che_hit_probabilities(rates, capacity)).sum() / rates.sum())
+
+
+def characteristic_time(pi: np.ndarray, b: np.ndarray, capacity: float | np.ndarray) -> np.ndarray:
+    """Per row of ``pi``, ``b`` [rows, items], the window ``T`` (tokens) whose expected distinct references fill
+    ``capacity`` (one, or one per row): ``sum (1 - (1 - pi)(1 - b)^(T - 1)) = capacity`` for ``T >= 1``, ``T
+    sum(pi)`` below one token; inf when the capacity holds every item of positive weight. The occupancy is concave
+    and increasing in ``T``, so Newton's method from ``T = 1`` (where it is at most the capacity) rises monotonically
+    to the root."""
+    pi, b = np.atleast_2d(pi).astype(float), np.atleast_2d(b).astype(float)
+    cap = np.broadcast_to(np.asarray(capacity, dtype=float), pi.shape[:1])
+    total = pi.sum(axis=1)
+    out = np.full(pi.shape[0], np.inf)
+    below = cap < total
+    out[below] = cap[below] / total[below]
+    todo = np.flatnonzero(~below & (cap < (pi > 0).sum(axis=1)))
+    if todo.size:
+        p, stay = pi[todo], 1.0 - np.minimum(b[todo], 1.0)
+        with np.errstate(divide="ignore"):
+            log_stay = np.where(stay > 0, np.log(np.where(stay > 0, stay, 1.0)), 0.0)
+        want = cap[todo]
+        t = np.ones(todo.size)
+        live = np.arange(todo.size)
+        for _ in range(500):
+            w = (1.0 - p[live]) * np.exp((t[live, None] - 1.0) * log_stay[live])
+            f = (1.0 - w).sum(axis=1) - want[live]
+            slope = -(w * log_stay[live]).sum(axis=1)
+            step = np.divide(-f, slope, out=np.zeros_like(f), where=slope > 0)
+            t[live] += step
+            live = live[step > 1e-10 * t[live]]
+            if not live.size:
+                break
+        out[todo] = t
+    return out
+
+
+def che_reuse_hit_probabilities(pi: np.ndarray, capacity: float, reuse: float) -> np.ndarray:
+    """Per item (flat ``pi``: per-token inclusion of every expert one LRU cache holds), the probability that a
+    reference hits a warm LRU cache of ``capacity`` slots when consecutive tokens share experts through ``reuse``."""
+    from sim.moe.routing import returning
+
+    pi = np.asarray(pi, dtype=float)
+    b = returning(pi, reuse)
+    t = float(characteristic_time(pi[None], b[None], capacity)[0])
+    return _window_hits(pi, b, t)
+
+
+def _window_hits(pi: np.ndarray, b: np.ndarray, window: float | np.ndarray) -> np.ndarray:
+    """Hit probability of a reference whose item is in the cache when referenced within ``window`` tokens."""
+    a = 1.0 - np.divide((1.0 - pi) * b, pi, out=np.zeros_like(pi), where=pi > 0)
+    w = np.asarray(window, dtype=float)
+    if np.ndim(w):
+        w = w.reshape(w.shape + (1,) * (pi.ndim - w.ndim))
+    if np.all(np.isinf(w)):
+        return np.ones_like(pi)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        long = 1.0 - (1.0 - a) * np.power(1.0 - np.minimum(b, 1.0), np.maximum(np.minimum(w, 1e300) - 1.0, 0.0))
+    short = a * np.minimum(w, 1.0)
+    return np.where(np.isinf(w), 1.0, np.where(w >= 1.0, long, short))
+
+
+def che_reuse_hit_rate(pi: np.ndarray, capacity: float, reuse: float) -> float:
+    """Share of references that hit (weighted by ``pi``)."""
+    pi = np.asarray(pi, dtype=float)
+    return float((pi * che_reuse_hit_probabilities(pi, capacity, reuse)).sum() / pi.sum())
+
+
+def lru_cold_hit_rate(pi: np.ndarray, capacity: float, reuse: float, tokens: int | np.ndarray) -> np.ndarray:
+    """Per row of ``pi`` [caches, items] (a per-layer cache each), the expected share of the references of
+    ``tokens`` tokens (one number, or one per row) that hit an LRU cache of ``capacity`` slots started empty: token
+    ``t`` finds an item that a token within the last ``min(T, t - 1)`` referenced (``T``:
+    :func:`characteristic_time`), the sum over tokens in closed form (a geometric series while the window grows)."""
+    return lru_cold_hit_rates(pi, [capacity], reuse, tokens)[:, 0]
+
+
+def lru_cold_hit_rates(pi: np.ndarray, capacities: list[float], reuse: float, tokens: int | np.ndarray
+                       ) -> np.ndarray:
+    """:func:`lru_cold_hit_rate` at several capacities at once: [caches, capacities]."""
+    from sim.moe.routing import returning
+
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    rows = pi.shape[0]
+    caps = np.asarray(capacities, dtype=float)
+    b = returning(pi, reuse)
+    a = 1.0 - np.divide((1.0 - pi) * b, pi, out=np.zeros_like(pi), where=pi > 0)
+    stay = 1.0 - np.minimum(b, 1.0)
+    tok = np.broadcast_to(np.asarray(tokens, dtype=float), (rows,))
+    refs = pi.sum(axis=1) * tok
+    out = np.zeros((rows, caps.size))
+    for c, cap in enumerate(caps):
+        t_c = characteristic_time(pi, b, cap)
+        grow = np.maximum(np.where(np.isinf(t_c), tok - 1, np.minimum(tok - 1, np.ceil(t_c) - 1)), 0.0)
+        # tokens 2 .. grow + 1 see a window of t - 1 < T tokens: sum_w (1 - (1 - a) stay^(w - 1)) in closed form
+        with np.errstate(divide="ignore", invalid="ignore"):
+            series = np.where(b > 0, (1.0 - np.power(stay, grow[:, None])) / np.where(b > 0, b, 1.0), grow[:, None])
+        early = (pi * (grow[:, None] - (1.0 - a) * series)).sum(axis=1)
+        rest = np.maximum(tok - 1 - grow, 0.0)
+        late = np.zeros(rows)
+        finite = ~np.isinf(t_c) & (rest > 0)
+        if finite.any():
+            late[finite] = rest[finite] * (pi[finite] * _window_hits(pi[finite], b[finite], t_c[finite])).sum(axis=1)
+        out[:, c] = np.divide(early + late, refs, out=np.zeros_like(refs), where=refs > 0)
+    return out
+
+
+def lru_set_hit_counts(routes: np.ndarray, capacities: list[int] | np.ndarray, items: int) -> np.ndarray:
+    """Exact per-layer LRU of token sets over many caches at once: ``routes`` [caches, tokens, top_k] item ids (0 ..
+    items-1; -1: the cache has no such token), each token's ids requested together in order, each inserted as most
+    recent, the cache cut to its capacity at the token's end (a token's experts are all needed). Returns, per
+    capacity, the hits summed over caches (references: ``(routes >= 0).sum()``)."""
+    caches, tokens, k = routes.shape
+    caps = np.asarray(capacities)
+    last = np.full((caches, items), -np.inf)
+    rows = np.arange(caches)[:, None]
+    hits = np.zeros(caps.size, dtype=np.int64)
+    order = np.arange(k) / (k + 1.0)  # within a token the later-inserted is the more recent
+    for t in range(tokens):
+        e = routes[:, t, :]
+        valid = e >= 0
+        ee = np.where(valid, e, 0)
+        seen = last[rows, ee]
+        rank = (last[:, None, :] > seen[:, :, None]).sum(axis=2)  # more recent items (cut at the last token's end)
+        ok = valid & np.isfinite(seen)
+        hits += ((rank[None] < caps[:, None, None]) & ok[None]).sum(axis=(1, 2))
+        r, c = np.nonzero(valid)
+        last[r, e[r, c]] = t + order[c]
+    return hits
 
 
 def lru_hits(ids: np.ndarray, capacity: int, warm: np.ndarray | None = None) -> np.ndarray:

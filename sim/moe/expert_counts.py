@@ -1,16 +1,22 @@
 """Fast fidelity: sample how many distinct experts each verification step touches, not every lookup.
 
-A step checks ``positions`` tokens at once; in each layer each of the ``top_k`` routing slots draws a fresh expert for
-its first position and, for every later position, a fresh one with probability ``1 - locality`` (otherwise it repeats
-the previous position's). So a layer-step makes on average ``n = top_k * (1 + (positions - 1) * (1 - locality))``
-independent draws from the request's own law ``q`` (the popularity raised to the request's skew, renormalised, mixed
-with its hot set: ``(1 - w) * q + w * uniform(hot set)``), and expert ``e`` is touched with probability
-``1 - (1 - q_e)^n``. Summing over the experts of each tier (VRAM cache, peers, host RAM, disk) gives the mean and
-variance of the distinct experts a layer-step touches there (the variance of independent touches, less the negative
-covariance a fixed number of draws induces, to first order). Each count is then drawn from a binomial of that mean and
-variance (resident ones too: they set the compute time, hence the window the CPU has for misses), one uniform per
-count by inverse CDF, instead of ``positions * top_k`` lookups and a sort. Lookups split over the tiers as a
-multinomial with the request's probabilities ``sum_e q_e * [e in tier]``.
+A step checks ``positions`` tokens of a request at once (a batch step: those of ``sequences`` requests); each token
+routes to ``top_k`` distinct experts per layer (Plackett-Luce from the request's law ``q``, :mod:`sim.moe.routing`),
+including expert ``e`` with probability ``pi_e`` (``sum pi = top_k``); consecutive positions of a request share
+experts through the reuse (``locality``). A layer-step leaves expert ``e`` untouched with ``u_e = (1 - pi_e) (1 -
+b_e)^(positions - 1)`` per sequence (``b_e = 1 - (1 - pi_e)^(1 - reuse)``, the two-state chain of
+:func:`sim.moe.routing.untouched`), ``u_e^sequences`` for the batch, so it touches ``sum_e (1 - u_e^sequences)``
+distinct experts on average, ``top_k`` for one position. The request's law ``q`` is the popularity raised to its skew,
+renormalised, mixed with its hot set: ``(1 - w) q + w uniform(hot set)``.
+
+Summing over the experts of each tier (VRAM cache, peers, host RAM, disk) gives the mean distinct count there; its
+variance is that of independent touches less the negative covariance that a fixed ``top_k`` per token induces, in
+Hajek's form for fixed-size designs: ``var(sum_A) = sum_A v - c (sum_A w)^2`` with ``v = tau (1 - tau)``, ``w`` the
+covariance weight of each expert and ``c`` set so that the whole layer's count has the variance of the number of new
+experts the later positions bring (0 for one position: exactly ``top_k``). Each count is then drawn from a binomial of
+that mean and variance (resident ones too: they set the compute time, hence the window the CPU has for misses), one
+uniform per count by inverse CDF, instead of ``positions * top_k`` lookups and a sort. Lookups split over the tiers as
+a multinomial with the lookup shares ``sum_e pi_e / top_k * [e in tier]``.
 
 ``tests/test_moe_serve.py`` checks this against the lookup-level path (``fidelity: lookups``).
 """
@@ -22,6 +28,29 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from sim.moe.routing import inclusion_probabilities
+
+
+@dataclass(frozen=True)
+class StepDraws:
+    """What one layer-step routes: ``positions`` consecutive tokens of each of ``sequences`` independent requests,
+    each token ``top_k`` distinct experts, consecutive tokens of a request sharing experts through ``reuse``. A number
+    times it is a batch of that many such steps' requests (``k * draws``: a batch step of ``k`` sequences)."""
+
+    top_k: int
+    positions: int = 1
+    reuse: float = 0.0
+    sequences: float = 1.0
+
+    def __mul__(self, other: float) -> StepDraws:
+        return StepDraws(self.top_k, self.positions, self.reuse, self.sequences * float(other))
+
+    __rmul__ = __mul__
+
+    def __float__(self) -> float:
+        """Lookups a layer-step makes (``sequences x positions x top_k``)."""
+        return float(self.top_k * self.positions * self.sequences)
 
 
 @dataclass(frozen=True)
@@ -40,11 +69,14 @@ class StepLaw:
 
 
 def step_law(popularity: np.ndarray, residency: np.ndarray, hot_set: np.ndarray | None, weight: float,
-             draws: float, tier: np.ndarray | None = None, tiers: int = 1, default_tier: int = 0) -> StepLaw:
-    """``popularity`` [layers, experts]; ``residency``: flat per-expert probability of being in the VRAM cache (0/1
-    for a static cache); ``hot_set``: [layers, h] flat ids of the request's own hot set (or None); ``weight``: its
-    share of lookups; ``draws``: mean independent draws per layer-step; ``tier``: flat tier (0 .. tiers-1) an expert
-    is fetched from when not in VRAM (None: all from ``default_tier``)."""
+             draws: StepDraws, tier: np.ndarray | None = None, tiers: int = 1, default_tier: int = 0) -> StepLaw:
+    """``popularity`` [layers, experts]: the request's law ``q``; ``residency``: flat per-expert probability of being
+    in the VRAM cache (0/1 for a static cache; an LRU lookup's hit probability); ``hot_set``: [layers, h] flat ids of
+    the request's own hot set (or None); ``weight``: its share of the law; ``draws``: what a layer-step routes
+    (:func:`draws_per_step`); ``tier``: flat tier (0 .. tiers-1) an expert is fetched from when not in VRAM (None:
+    all from ``default_tier``)."""
+    if not isinstance(draws, StepDraws):
+        raise TypeError("step_law: draws must be a StepDraws (see draws_per_step), not a number of draws")
     layers, experts = popularity.shape
     if hot_set is not None and weight > 0:
         q = (1.0 - weight) * popularity.ravel()
@@ -52,37 +84,68 @@ def step_law(popularity: np.ndarray, residency: np.ndarray, hot_set: np.ndarray 
         q = q.reshape(layers, experts)
     else:
         q = popularity
+    k, b_seq = draws.top_k, draws.sequences
+    pi = inclusion_probabilities(q, k)
     r = residency.reshape(layers, experts).astype(float)
-    qc = np.minimum(q, 1.0 - 1e-12)
-    touch = -np.expm1(draws * np.log1p(-qc))
+    with np.errstate(divide="ignore"):
+        log_out = np.log1p(-np.minimum(pi, 1.0))
+    stay_out = np.exp((1.0 - draws.reuse) * log_out)  # 1 - b: a later token leaves out what the last one did
+    u1 = np.exp((1.0 + (draws.positions - 1) * (1.0 - draws.reuse)) * log_out)  # one sequence's step leaves it out
+    tau1 = 1.0 - u1
+    with np.errstate(divide="ignore"):
+        touch = -np.expm1(b_seq * np.log(np.maximum(u1, 0.0))) if b_seq != 1 else tau1
     fetched = touch * (1.0 - r)
-    # a fixed number of draws makes touches negatively correlated: cov(i, j) ~ -n a_i a_j x_i x_j with a = 1 - touch
-    # (untouched) and x = q / (1 - q), to first order in n q_i q_j
-    x = (1.0 - touch) * qc / (1.0 - qc)
-    ax = x * (1.0 - r)
+    held = touch * r
+    # Hajek: cov(e, f) = -c w_e w_f with w = v1 u1^(sequences - 1) (a batch's sequences are independent) and c =
+    # sequences * (1 - V / D) / D, D = sum v1, V the variance of a sequence's whole count (0 for one position)
+    v1 = tau1 * (1.0 - tau1)
+    d = v1.sum(axis=1)
+    total_var = np.minimum(step_count_variance(pi, stay_out, draws), d)
+    c = np.divide(b_seq * (1.0 - np.divide(total_var, d, out=np.zeros_like(d), where=d > 0)), d,
+                  out=np.zeros_like(d), where=d > 0)
+    w = v1 * (u1 ** (b_seq - 1.0) if b_seq != 1 else 1.0)
 
-    def variance(f: np.ndarray, w: np.ndarray) -> np.ndarray:
-        s1 = w.sum(axis=1)
-        return np.maximum((f * (1 - f)).sum(axis=1) - draws * (s1 * s1 - (w * w).sum(axis=1)), 0.0)
+    def variance(f: np.ndarray, wa: np.ndarray) -> np.ndarray:
+        s1 = wa.sum(axis=1)
+        return np.maximum((f * (1 - f)).sum(axis=1) - c * s1 * s1, 0.0)
 
-    lookup_missed = q * (1.0 - r)
+    share = pi / k
+    lookup_missed = share * (1.0 - r)
     mean = np.zeros((tiers, layers))
     var = np.zeros((tiers, layers))
     shares = np.zeros(1 + tiers)
-    shares[0] = (q * r).sum() / layers
+    shares[0] = (share * r).sum() / layers
     if tier is None:
-        k = default_tier
-        mean[k], var[k] = fetched.sum(axis=1), variance(fetched, ax)
-        shares[1 + k] = lookup_missed.sum() / layers
+        t = default_tier
+        mean[t], var[t] = fetched.sum(axis=1), variance(fetched, w * (1.0 - r))
+        shares[1 + t] = lookup_missed.sum() / layers
     else:
-        t = tier.reshape(layers, experts)
-        for k in range(tiers):
-            f = np.where(t == k, fetched, 0.0)
-            mean[k], var[k] = f.sum(axis=1), variance(f, np.where(t == k, ax, 0.0))
-            shares[1 + k] = lookup_missed[t == k].sum() / layers
+        tr = tier.reshape(layers, experts)
+        for t in range(tiers):
+            f = np.where(tr == t, fetched, 0.0)
+            mean[t], var[t] = f.sum(axis=1), variance(f, np.where(tr == t, w * (1.0 - r), 0.0))
+            shares[1 + t] = lookup_missed[tr == t].sum() / layers
     shares = np.clip(shares, 0.0, None)
-    held = touch * r
-    return StepLaw(held.sum(axis=1), variance(held, x * r), mean, var, shares / shares.sum())
+    return StepLaw(held.sum(axis=1), variance(held, w * r), mean, var, shares / shares.sum())
+
+
+def step_count_variance(pi: np.ndarray, stay_out: np.ndarray, draws: StepDraws) -> np.ndarray:
+    """[layers] variance of the distinct experts one sequence's step touches in a layer: ``top_k`` at the first
+    position, then each later position brings ``N_t`` new ones; ``N_t`` is taken as its fresh slots (``top_k (1 -
+    reuse)`` on average, binomial) times the chance a fresh one is new, the positions independent. ``stay_out``:
+    ``1 - b``, the chance a token leaves out an expert the token before left out."""
+    if draws.positions <= 1:
+        return np.zeros(pi.shape[0])
+    k, reuse = draws.top_k, draws.reuse
+    fresh = k * (1.0 - reuse)
+    out = 1.0 - pi  # untouched by the first t positions
+    total = np.zeros(pi.shape[0])
+    for _ in range(draws.positions - 1):
+        new = (out * (1.0 - stay_out)).sum(axis=1)  # mean new experts this position brings
+        out = out * stay_out
+        p = np.clip(np.divide(new, fresh, out=np.zeros_like(new), where=fresh > 0), 0.0, 1.0)
+        total += fresh * p * (1 - p) + k * reuse * (1 - reuse) * p * p
+    return total
 
 
 def binomial_matching(mean: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,5 +230,7 @@ def log_factorials(n: int) -> np.ndarray:
     return np.array([math.lgamma(k + 1) for k in range(n + 1)])
 
 
-def draws_per_step(top_k: int, positions: int, locality: float) -> float:
-    return top_k * (1.0 + (positions - 1) * (1.0 - locality))
+def draws_per_step(top_k: int, positions: int, locality: float) -> StepDraws:
+    """What one verification step of ``positions`` tokens routes per layer, consecutive tokens sharing experts
+    through ``locality`` (the reuse); ``k * draws_per_step(...)``: a batch step of ``k`` sequences."""
+    return StepDraws(top_k, positions, locality)

@@ -1,9 +1,13 @@
 """The reference decode (``serve.fidelity: lookups``): every expert lookup of every position sampled, request by
-request, and sorted per layer to find the distinct experts each verification step touches in each tier.
+request (:class:`sim.moe.routing.RequestRouter`: each token's ``top_k`` distinct experts per layer, consecutive
+positions sharing experts through the reuse), and sorted per layer to find the distinct experts each verification
+step touches in each tier. With an LRU cache each lookup hits with its expert's probability from the reuse-aware Che
+companion (:func:`sim.moe.expert_cache.che_reuse_hit_probabilities`), the same marginal the counts fidelity uses.
 
 Slow by design: it is what the counts fidelity (:mod:`sim.moe.decode_batch`, which samples how many distinct
-experts a step touches from their law) is checked against. Telemetry per request is what the engines print: hit rate
-over lookups, distinct experts read over PCIe, decode seconds by what the GPU did.
+experts a step touches from their law) is checked against; a 48-layer, 512-expert model with reuse samples about
+4,000 tokens a second. Telemetry per request is what the engines print: hit rate over lookups, distinct experts read
+over PCIe, decode seconds by what the GPU did.
 """
 
 from __future__ import annotations
@@ -52,12 +56,12 @@ def decode_request(eng: EngineSetup, tokens: int, rng: np.random.Generator, acce
     positions = 1 + moe.draft.tokens
     layers, k = moe.layers, moe.top_k
     host = eng.peers
-    produced, eager = 0, False
+    produced, eager, steps = 0, False, 0
     while produced < tokens:
-        ids = router.next_tokens(CHUNK_STEPS * positions).reshape(CHUNK_STEPS, positions, layers, k)
         made = tokens_per_step(moe.draft.tokens, a, CHUNK_STEPS, rng)
         n, produced = _steps_needed(made, produced, tokens)
-        ids = ids[:n]
+        steps += n
+        ids = router.next_tokens(n * positions).reshape(n, positions, layers, k)  # only the steps it needs
         per_layer = np.transpose(ids, (0, 2, 1, 3)).reshape(n, layers, positions * k)
         if eng.spec.policy == "lru":
             hit = rng.random(per_layer.shape) < eng.resident[per_layer]
@@ -83,4 +87,5 @@ def decode_request(eng: EngineSetup, tokens: int, rng: np.random.Generator, acce
                    peer_experts=0 if peer is None else int(peer.sum()),
                    disk_reads=0 if disk is None else int(disk.sum()))
     acc["output_tokens"] = produced
+    acc["steps"] = steps
     return acc

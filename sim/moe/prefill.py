@@ -16,7 +16,8 @@ In layer order, a prompt streams each non-resident expert it touches once (its n
 so a prompt-cache hit with a few new tokens streams little and a long prompt streams the whole non-resident set once.
 
 Peer GPUs and driver paging on them do not enter: prefill streams weights to the engine GPU rather than sending
-activations out, so a fast prefill says nothing about decode. Without a ``prefill`` section, ``prefill_tok_s``.
+activations out, so a fast prefill says nothing about decode. Without a ``prefill`` section, ``prefill_tok_s``; without
+either, a layer-order prefill from the card's specs (:func:`sim.moe.setup.derived_prefill`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.core.units import GB
+from sim.moe.routing import inclusion_probabilities
 from sim.moe.setup import EngineSetup
 
 
@@ -31,7 +33,7 @@ def prefill_seconds(eng: EngineSetup, prompt: np.ndarray, cached: np.ndarray) ->
     """Seconds to prefill ``prompt - cached`` new tokens after ``cached`` cached ones, per request."""
     new = np.maximum(prompt - cached, 0).astype(np.int64)
     e = eng.spec
-    pf = e.prefill
+    pf = e.prefill if e.prefill is not None else eng.derived_prefill
     if pf is None:
         return new / e.prefill_tok_s
     stream = _stream_seconds(eng)
@@ -60,15 +62,19 @@ STREAM_GRID = 256
 def _stream_seconds(eng: EngineSetup):
     """Seconds to stream the non-resident experts ``tokens`` new tokens touch (expected distinct count), for an
     array of token counts."""
-    pf = eng.spec.prefill
-    q = eng.popularity.ravel()
+    pf = eng.spec.prefill if eng.spec.prefill is not None else eng.derived_prefill
+    # consecutive tokens of a prompt leave an expert out with (1 - pi)^(1 + (n - 1)(1 - reuse)) (each token top_k
+    # distinct experts, some shared with the token before: sim.moe.routing.untouched)
+    pi = inclusion_probabilities(eng.popularity, eng.moe.top_k).ravel()
     cold = ~eng.prefill_resident
-    log_miss = np.log1p(-np.minimum(q[cold], 1 - 1e-12)) * eng.moe.top_k
+    log_out = np.log1p(-np.minimum(pi[cold], 1 - 1e-12))
+    reuse = eng.law.locality
     gbps = pf.stream_gbps if pf.stream_gbps is not None else eng.params.link_gbps
     rate = gbps * GB / eng.params.expert_bytes  # experts per second
 
     def exact(tokens: np.ndarray) -> np.ndarray:
-        return np.array([-np.expm1(float(n) * log_miss).sum() for n in tokens]) / rate
+        return np.array([-np.expm1((1.0 + (float(n) - 1.0) * (1.0 - reuse)) * log_out).sum() if n > 0 else 0.0
+                         for n in tokens]) / rate
 
     def seconds(tokens: np.ndarray) -> np.ndarray:
         tokens = np.asarray(tokens, dtype=float)

@@ -35,7 +35,7 @@ def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float], buckets: lis
                 f"median request {m['decode_tok_s_median']:.1f})",
                 f"  hit rate {m['expert_hit_rate']:.1%} and PCIe spill {m['pcie_spill_share']:.2%} of routed experts "
                 f"(medians over requests); requests that ever read over PCIe: {m['requests_spilling_share']:.0%}",
-                f"  where decode time goes: compute {m['compute_share']:.0%}, stalled on PCIe or peers "
+                f"  where decode time goes: compute {m['compute_share']:.0%}, stalled on the CPU, PCIe or peers "
                 f"{m['stall_share']:.0%}, eager steps {m['eager_share']:.0%}, host {m['host_share']:.0%}",
                 f"  GPU busy as the driver reports it {m['gpu_busy_share']:.0%}"
                 + (f"; energy {m['energy_j_per_token']:.2f} J/token at {m['gpu_power_w']:.0f} W average"
@@ -51,8 +51,11 @@ def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float], buckets: lis
         peer = int(reqs.peer_lookups.sum()) / lookups
         disk = int(reqs.disk_lookups.sum()) / lookups
         out.append(f"  tiers below VRAM: {', '.join(parts)}; lookups served by peers {peer:.1%}, from disk {disk:.2%}")
-    out.append(f"  link: {p.link_share:.0%} of {p.link_gbps:.1f} GB/s for expert reads; CPU computes up to one missed "
-               f"expert per {p.cpu_expert_s * 1e6:.0f} us of GPU work per layer")
+    cpu = f"{p.cpu_expert_s * 1e6:.1f} us per missed expert on the CPU (+ {p.cpu_sync_s * 1e6:.0f} us per layer)" \
+        if p.cpu_expert_s != float("inf") else "no CPU tier (missed experts all cross PCIe)"
+    out.append(f"  step costs: dense {p.dense_s * 1e3:.2f} ms per step, {p.gpu_expert_s * 1e6:.2f} us per resident "
+               f"expert, {cpu}; link: {p.link_share:.0%} of {p.link_gbps:.1f} GB/s for expert reads")
+    out += default_lines(scn, eng)
     out += load_lines(scn, m, sequences=e.parallel, vram=eng.vram, each=plural(eng.slots_per_sequence, "expert"),
                       paged=eng.peer_paged)
     return out + bucket_lines(buckets)
@@ -79,3 +82,29 @@ def bucket_lines(buckets: list[dict]) -> list[str]:
         return []
     return ["  decode by request PCIe spill share and hit rate (spill_buckets.csv):",
             *table(rows, [["bucket_by", "range", "requests", "decode"], ["", "%", "", "tok/s"]], "llrr", indent=4)]
+
+
+def default_lines(scn: Scenario, eng: EngineSetup) -> list[str]:
+    """Which values came from the package, not the scenario or its calibrations: catalog hardware, a model file's
+    geometry, step-cost defaults (each with its source), and what the step costs derive from the specs."""
+    out: list[str] = []
+    filled = scn._defaults
+    if filled:
+        groups: dict[str, list[str]] = {}
+        used_types = {g.type for m in scn.machines.values() for g in m.gpus.values()}
+        for path in filled:
+            head, _, key = path.rpartition(".")
+            used = not head.startswith("gpus.") or head.removeprefix("gpus.") in used_types
+            if used and key not in ("name", "source", "note", "vendor", "memory", "dram"):  # numbers, not labels
+                groups.setdefault(head, []).append(key)
+        for head, keys in groups.items():
+            origin = "model file" if head.startswith("models.") else "catalog"
+            out.append(f"  {origin} defaults: {head}: {', '.join(keys)}")
+    if eng.specs is not None:
+        defaults = [f"{s.name} {s.value:.4g} {s.unit}" for s in eng.specs.sources if s.how.startswith("default")]
+        if defaults:
+            out.append(f"  package defaults (sim.moe.spec_costs.DEFAULTS): {', '.join(defaults)}")
+        derived = [f"{s.name} {s.value:.4g} {s.unit} ({s.how.removeprefix('derived: ')})" for s in eng.specs.sources
+                   if s.how.startswith("derived")]
+        out += [f"  from specs: {d}" for d in derived]
+    return out

@@ -46,9 +46,25 @@ def request_work(eng: EngineSetup, table: RequestTable, max_tokens: int | None, 
     else:  # every lookup sampled, request by request (slow; for checking the counts law)
         rows = [decode_request(eng, int(k), rng, float(a)) for k, a in zip(out, table.acceptance, strict=True)]
         d = {key: np.array([r[key] for r in rows], dtype=float) for key in rows[0]} if rows else {}
+    if not eng.spec.batching:
+        add_context_reads(eng, d, table.prompt_tokens.astype(float))
     pre = prefill_seconds(eng, table.prompt_tokens, table.cached_tokens)
     return Work(pre, pre + d["first_step_s"], total_s=pre + d["decode_s"], output_tokens=out, capped=capped,
                 telemetry=d)
+
+
+def add_context_reads(eng: EngineSetup, d: dict[str, np.ndarray], context: np.ndarray) -> None:
+    """Add the attention's KV reads to each request's decode: every step reads the KV of its whole context, which
+    starts at the prompt and grows by the tokens each step yields (their mean: ``output / steps``), so a request
+    of ``S`` steps and ``T`` tokens reads ``S x prompt + T (S - 1) / 2`` tokens' KV, at the card's memory rate."""
+    kv = eng.specs.kv_s_per_token if eng.specs is not None else 0.0
+    if kv == 0 or "steps" not in d:
+        return
+    steps, tokens = d["steps"], d["output_tokens"]
+    extra = kv * (steps * context + tokens * np.maximum(steps - 1, 0) / 2)
+    for key in ("decode_s", "compute_s"):
+        d[key] = d[key] + extra
+    d["first_step_s"] = d["first_step_s"] + np.where(steps > 0, kv * context, 0.0)
 
 
 def _served(eng: EngineSetup, table: RequestTable, work: Work, tl: Timeline, shared: bool) -> ServedRequests:
@@ -83,7 +99,8 @@ class MoeEngine:
         work = request_work(eng, table, sv.max_tokens, rng, sv.fidelity)
         server = SharedGpuServer
         if eng.spec.batching:
-            server = partial(BatchServer, steps=work.telemetry["steps"].astype(np.int64), sampler=BatchSteps(eng, rng))
+            server = partial(BatchServer, steps=work.telemetry["steps"].astype(np.int64), sampler=BatchSteps(eng, rng),
+                             context=table.prompt_tokens.astype(float))
         tl, _ = run_queue(table, work, QueueSpec.of(sv, eng.spec.parallel), rng, server)
         return ServeRun(eng, _served(eng, table, work, tl, eng.spec.batching or eng.spec.parallel > 1), tl)
 
@@ -153,7 +170,7 @@ def serve_metrics(eng: EngineSetup, requests, tl: Timeline | None = None) -> dic
         "requests": float(len(r)),
         "output_tokens": float(tokens),
     }
-    pw = eng.spec.power
+    pw = eng.power
     if pw is not None:
         energy = fsum(pw.busy_w * c["compute_s"] + pw.stalled_w * (c["stall_s"] + (1 - idle_share) * c["eager_s"])
                       + pw.idle_w * (c["host_s"] + idle_share * c["eager_s"]))

@@ -12,16 +12,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config.engine import Engine
+from sim.config.engine import Engine, Prefill
 from sim.config.links import link_info
+from sim.config.machines import GpuType
 from sim.config.models import Moe
 from sim.config.scenario import Scenario
 from sim.core.errors import SimulationError
 from sim.core.units import GB, GIB, MIB
-from sim.moe.expert_cache import auto_slots, che_hit_probabilities, home_tiers, static_cache
-from sim.moe.routing import AliasTables, RoutingLaw, layer_popularity
+from sim.moe.expert_cache import auto_slots, che_reuse_hit_probabilities, home_tiers, static_cache
+from sim.moe.route_trace import served_popularity
+from sim.moe.routing import AliasTables, RoutingLaw, inclusion_probabilities, layer_popularity, lookup_shares
+from sim.moe.spec_costs import DEFAULTS, StepSpecs, step_specs, tokens_per_expert
 from sim.moe.stepcost import StepParams
 from sim.serving.metrics import VramRows
+
+
+@dataclass(frozen=True)
+class EnginePower:
+    """The engine GPU's power draw by what it is doing (W)."""
+
+    idle_w: float
+    busy_w: float
+    stalled_w: float
 
 
 @dataclass(frozen=True)
@@ -37,7 +49,7 @@ class EngineSetup:
     free_gib: float  # free at start, before the expert cache
     expert_slots: int  # experts the VRAM cache holds
     law: RoutingLaw
-    popularity: np.ndarray  # [layers, experts] of the served workload
+    popularity: np.ndarray  # [layers, experts] routing law q of the served workload (lookup shares: pi / top_k)
     alias: AliasTables  # samplers of that popularity, one per layer
     resident: np.ndarray  # static policy: flat mask of cached experts; lru/lfu: per-expert hit probability
     params: StepParams
@@ -48,6 +60,9 @@ class EngineSetup:
     prefill_resident: np.ndarray | None = None  # flat mask of experts in VRAM, whole cache (prefill streams the rest)
     peer_paged: tuple[bool, ...] = ()  # per peer: its free VRAM fell under the paging threshold
     vram: VramRows = ()
+    specs: StepSpecs | None = None  # what the step costs derive from, with their sources
+    power: EnginePower | None = None
+    derived_prefill: Prefill | None = None  # prefill from the specs, when the scenario gives no rate or section
 
     @property
     def peers(self) -> int:
@@ -93,21 +108,29 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     r = moe.routing
     law = RoutingLaw(moe.layers, moe.experts_per_layer, top_k=moe.top_k, exponent=r.exponent, locality=r.locality,
                      drift_weight=r.drift_weight, drift_hot_experts=r.drift_hot_experts,
-                     drift_concentration=r.drift_concentration, exponent_spread=r.exponent_spread)
-    popularity = layer_popularity(law, np.random.default_rng(r.popularity_seed))
-    profile = popularity if e.profile_seed is None else layer_popularity(law, np.random.default_rng(e.profile_seed))
+                     drift_concentration=r.drift_concentration, exponent_spread=r.exponent_spread,
+                     exponent_depth_slope=r.exponent_depth_slope)
+    popularity, law = served_popularity(law, r)  # the routing law q per layer (Zipf, or a route trace's replay)
+    shares = lookup_shares(popularity, moe.top_k)  # what a profile of lookups ranks: pi / top_k
+    profile = shares if e.profile_seed is None else \
+        lookup_shares(layer_popularity(law, np.random.default_rng(e.profile_seed)), moe.top_k)
     if e.policy == "static":
         resident = static_cache(profile, per_sequence)
-    elif e.policy == "lru":  # Che's approximation: each expert is resident with its characteristic-time probability
-        resident = che_hit_probabilities(popularity.ravel(), per_sequence)
+    elif e.policy == "lru":  # Che over the fresh references, the previous token's experts kept by reuse hitting
+        resident = che_reuse_hit_probabilities(inclusion_probabilities(popularity, moe.top_k).ravel(), per_sequence,
+                                               law.locality)
     else:  # in-cache LFU under a stationary law keeps the most frequently used experts: a cache of the true profile
-        resident = static_cache(popularity, per_sequence)
-    ranked = profile if e.policy == "static" else popularity
+        resident = static_cache(shares, per_sequence)
+    ranked = profile if e.policy == "static" else shares
     peer_slots: list[int] = []
     vram_rows = [(e.gpu, (gpu.reserved_gib + overhead) * GIB / MIB + slots * moe.expert_mib + moe.draft.head_mib,
                   vram * GIB / MIB)]
     paged: list[bool] = []
     expert_s: list[float] = []
+    specs = step_specs(e, moe, scn.gpus[gpu.type], m)
+    positions = 1 + moe.draft.tokens
+    mem_eff = e.step.memory_efficiency if e.step.memory_efficiency is not None else DEFAULTS["memory_efficiency"][0]
+    tier_order = np.argsort(-ranked.ravel(), kind="stable")
     for name, peer in e.peers.items():  # each holds at most the experts no faster tier holds
         g = m.gpus[name]
         card_mib = scn.gpus[g.type].vram_gib * GIB / MIB
@@ -117,13 +140,29 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
         peer_slots.append(max(min(wanted, total - slots - sum(peer_slots)), 0))
         used = (g.reserved_gib + peer.overhead_gib) * GIB / MIB + peer_slots[-1] * moe.expert_mib + peer.runtime_mib
         vram_rows.append((name, used, card_mib))
-        paged.append(card_mib - used < peer.paging_threshold_mib)
-        if paged[-1] and peer.paging_gbps is None:
-            raise SimulationError(f"machines.{machine}.engine.peers.{name}: {card_mib - used:.0f} MiB left free is "
-                                  f"under paging_threshold_mib {peer.paging_threshold_mib:g}, and paging_gbps "
-                                  "is not given")
-        # paged: every expert the card computes first comes over its link at the driver's paging rate
-        expert_s.append(peer.expert_s + (moe.expert_mib * MIB / (peer.paging_gbps * GB) if paged[-1] else 0.0))
+        shortfall_mib = peer.paging_threshold_mib - (card_mib - used)
+        paged.append(shortfall_mib > 0)
+        if peer.expert_s is not None:
+            own_s = peer.expert_s
+        else:  # the expert's bytes over this card's memory rate
+            own_s = moe.expert_mib * MIB / (mem_eff * scn.gpus[g.type].hbm_gbps * GB)
+        if paged[-1]:
+            if peer.paging_gbps is None and peer.paging_link_share is None:
+                raise SimulationError(f"machines.{machine}.engine.peers.{name}: {card_mib - used:.0f} MiB left free "
+                                      f"is under paging_threshold_mib {peer.paging_threshold_mib:g}, and neither "
+                                      "paging_gbps nor paging_link_share is given")
+            rate = peer.paging_gbps if peer.paging_gbps is not None else \
+                peer.paging_link_share * link_info(scn, m, name).gbps
+            # the experts a step computes on this card, cycled through layer after layer: once the shortfall
+            # exceeds their bytes every one of them is paged in (the driver evicts what the next layers need), a
+            # smaller one pages that share of them
+            start = slots + sum(peer_slots[:-1])
+            held = tier_order[start:start + peer_slots[-1]]  # its experts, in placement order; touched per step:
+            pi = np.minimum(shares.ravel()[held] * moe.top_k, 1.0)  # each position draws it with its inclusion
+            step_mib = float(-np.expm1(positions * np.log1p(-np.minimum(pi, 1 - 1e-12))).sum()) * moe.expert_mib
+            faulting = min(1.0, shortfall_mib / max(step_mib, moe.expert_mib))
+            own_s += faulting * moe.expert_mib * MIB / (rate * GB)
+        expert_s.append(own_s)
     split: dict[str, tuple[float, ...]] = {}
     if e.placement == "layer_split":
         slots, resident, split, split_rows = _layer_split(scn, machine, moe=moe, slots=slots, ranked=ranked, e=e)
@@ -137,8 +176,11 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     tier = home_tiers(ranked, slots, peer_slots, host_experts)  # ranks per_sequence..slots: other sequences' share
     s = e.step
     disk = scn.disks[m.disk] if e.host_ram_gib is not None and m.disk is not None else None
-    params = StepParams(dense_s=s.dense_s, gpu_expert_s=s.gpu_expert_s, cpu_expert_s=s.cpu_expert_s,
-                        pcie_latency_s=s.pcie_latency_s, graph_break_s=s.graph_break_s, host_s=s.host_s,
+    params = StepParams(dense_s=specs.dense_s(positions),
+                        gpu_expert_s=specs.gpu_expert_s(tokens_per_expert(positions * moe.top_k,
+                                                                          moe.experts_per_layer)),
+                        cpu_expert_s=specs.cpu_expert_s if specs.cpu_expert_s is not None else float("inf"),
+                        host_s=s.host_s, **specs.fixed,
                         link_gbps=link_info(scn, m, e.gpu).gbps, expert_bytes=moe.expert_mib * MIB,
                         link_share=s.link_share, break_idle_share=s.break_idle_share, break_mode=s.break_mode,
                         peer_expert_s=tuple(expert_s), peer_latency_s=tuple(p.latency_s for p in e.peers.values()),
@@ -148,7 +190,36 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
                        overhead_gib=overhead, free_gib=free, expert_slots=slots, law=law, popularity=popularity,
                        alias=AliasTables.build(popularity), resident=resident, params=params, tier=tier,
                        peer_slots=tuple(peer_slots), host_experts=host_experts, slots_per_sequence=per_sequence,
-                       prefill_resident=static_cache(ranked, slots), peer_paged=tuple(paged), vram=tuple(vram_rows))
+                       prefill_resident=static_cache(ranked, slots), peer_paged=tuple(paged), vram=tuple(vram_rows),
+                       specs=specs, power=engine_power(e, scn.gpus[gpu.type]),
+                       derived_prefill=derived_prefill(e, moe, specs))
+
+
+def derived_prefill(e: Engine, moe: Moe, specs: StepSpecs) -> Prefill | None:
+    """Without a prompt rate or a ``prefill`` section: prefill from the specs, layer by layer (each non-resident
+    expert a prompt touches streams once over the link, overlapped with compute), each token costing its active
+    parameters' arithmetic, 2 FLOPs each, at ``compute_efficiency`` x the card's tensor throughput."""
+    if e.prefill is not None or e.prefill_tok_s is not None or specs.compute_tflops is None:
+        return None
+    active = (specs.dense_params or 0.0) + moe.layers * moe.top_k * specs.expert_params
+    return Prefill(order="layer", overlap=True, token_s=2 * active / (specs.compute_tflops * 1e12))
+
+
+def engine_power(e: Engine, card: GpuType) -> EnginePower | None:
+    """The engine GPU's power by state (W): busy as given or the card's board power; stalled as given or at
+    ``stalled_share`` (default: the Strata fit's) between idle and busy. None without a power section (a scenario
+    check requires a busy power, given or from the card, when there is one)."""
+    pw = e.power
+    if pw is None:
+        return None
+    busy = pw.busy_w if pw.busy_w is not None else card.board_power_w
+    assert busy is not None
+    if pw.stalled_w is not None:
+        stalled = pw.stalled_w
+    else:
+        share = pw.stalled_share if pw.stalled_share is not None else DEFAULTS["stalled_share"][0]
+        stalled = pw.idle_w + share * (busy - pw.idle_w)
+    return EnginePower(idle_w=pw.idle_w, busy_w=busy, stalled_w=stalled)
 
 
 def _layer_split(scn: Scenario, machine: str, moe: Moe, slots: int, ranked: np.ndarray, e: Engine):

@@ -3,29 +3,39 @@
 One verification step checks ``1 + draft tokens`` positions at once and touches, in each MoE layer, the union of the
 experts those positions route to. Per layer:
 
-- the GPU computes its share of the dense work and every touched expert resident in VRAM:
-  ``gpu = dense_s / layers + gpu_expert_s * resident``;
-- the host CPU computes missed experts (from host RAM) while the GPU works: it finishes ``floor(gpu / cpu_expert_s)``
-  of them in that window; the rest are read by the GPU over PCIe (they are the spill);
-- a layer that reads over PCIe waits ``pcie_latency_s + bytes / (link_share * link_gbps)``, overlapped with its own
-  compute (``link_share``: the share of the link's copy rate the engine's expert reads get); it
-  stalls only for what exceeds the compute window (so a little spill costs no transfer time, a lot is
-  transfer-bound: the second cliff);
+- the GPU first does the layer's dense work (attention, norms, the router, shared experts): ``dense_s / layers``;
+  which experts the positions need is known only then, so nothing below overlaps it;
+- then it computes every touched expert resident in VRAM, ``gpu_expert_s`` each (their bytes over its memory
+  rate, :mod:`sim.moe.spec_costs`);
+- meanwhile the missed experts in host RAM are served two ways: the host CPU computes as many as it finishes in
+  ``cpu_budget_s`` per layer (the engine's budget), ``cpu_sync_s`` (activations to the host and results back) plus
+  ``cpu_expert_s`` each (their bytes over the host's DRAM rate), and the GPU reads the rest over PCIe,
+  ``pcie_latency_s + bytes / (link_share * link_gbps)``. Both paths start at the routing decision; the layer stalls
+  for whatever of the slower one exceeds the GPU's expert work. So a miss never costs less than the hit it replaces
+  while the layer's resident experts take less than a host round trip and one CPU expert (single-sequence decode:
+  tests/test_spec_costs.py); a little spill costs no transfer time when the CPU absorbs it, a lot is
+  transfer-bound: the second cliff;
 - a request that has read over PCIe cannot run fully resident: it leaves the captured, fused GPU path and runs
   eagerly, synchronising with the host, which costs ``graph_break_s`` per step. With ``break_mode: sticky`` (the
   default) a request stays eager from its first PCIe read to its end (re-capturing the graph mid-request does not pay);
   with ``per_step`` only the steps that read pay. Either way the first read costs a step's worth whatever the amount
-  of spill: the first cliff, then the plateau;
+  of spill: the first cliff, then the plateau. Experts the CPU computes do not take a request off the fused path
+  (a host node in the captured graph waits for them: the Strata tables show requests with CPU-computed misses and
+  no PCIe read decoding at the fused rate);
 - experts held by a peer GPU are computed there: the layer also waits for ``peer latency + peer expert time x
-  experts`` (activations there and back), in parallel with its own work; peers are placed at start-up, so they do
-  not take the request off the fused path;
+  experts`` (activations there and back), in parallel with its own expert work; peers are placed at start-up, so
+  they do not take the request off the fused path;
 - experts beyond host RAM are read from disk first (``disk latency + bytes / disk rate``), then cross PCIe;
-- a layer ends when its GPU work, its transfers and its peers are all done; in an eager step the copies also run
-  through the layer's share of the eager overhead (launch and sync gaps), so a few reads per layer hide entirely;
+- in an eager step the copies also run through the layer's share of the eager overhead (launch and sync gaps), so
+  a few reads per layer hide entirely;
 - ``host_s`` of host work per step leaves the GPU idle;
 - layer split (another placement): every layer is divided across the cards in proportion to what each holds; each
   card does its share at its own speed, and every token's activations go to every card and back at every layer
-  over its link, so a layer takes as long as its slowest card plus that card's round trip.
+  over its link, so a layer takes as long as its slowest card plus that card's round trip (the paths above overlap
+  the whole layer there).
+
+The attention's KV reads (seconds per token of context) are added per step by the callers, who know each request's
+context (:mod:`sim.moe.decode_batch`).
 
 The driver counts the GPU busy while it computes or waits inside a step (stalls, most of an eager step's overhead):
 "busy but stalled"; ``break_idle_share`` of the eager overhead has no kernel on the GPU at all (launch gaps).
@@ -64,6 +74,8 @@ class StepParams:
     split_share: tuple[float, ...] = ()  # layer split: share of every layer each card holds (engine GPU first)
     split_scale: tuple[float, ...] = ()  # ... each card's time for the same work relative to the engine GPU
     split_xfer_s: tuple[float, ...] = ()  # ... activations to the card and back, per layer (s; 0 for the engine GPU)
+    cpu_sync_s: float = 0.0  # host round trip of a layer whose missed experts the CPU computes (s)
+    cpu_budget_s: float = float("inf")  # CPU time per layer-step the engine gives missed experts; beyond: PCIe (s)
 
 
 @dataclass(frozen=True)
@@ -71,7 +83,7 @@ class StepTimes:
     """Seconds per step by what the GPU was doing, and experts read over PCIe per step."""
 
     compute_s: np.ndarray
-    stall_s: np.ndarray  # waiting for PCIe reads beyond the compute window
+    stall_s: np.ndarray  # waiting for the CPU, PCIe reads or peers beyond the expert work they overlap
     eager_s: np.ndarray  # eager-step overhead (off the fused path)
     host_s: np.ndarray  # GPU idle
     pcie_reads: np.ndarray  # experts read over PCIe per step (host RAM misses beyond the CPU window, disk reads)
@@ -94,21 +106,23 @@ def step_times(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: b
         return _step_times_tabulated(resident, missed, p, eager, starts)
     layers = resident.shape[1]
     gpu = _layer_gpu_s(p, layers, resident)
-    on_cpu = np.minimum(missed, np.floor(gpu / p.cpu_expert_s + 1e-9))  # whole experts (guarding float rounding)
-    reads = missed - on_cpu
-    if disk is not None:
+    window = _expert_window_s(p, resident, gpu)
+    on_cpu, reads, wait = host_split(p, missed)
+    if disk is not None:  # experts beyond host RAM come from disk, then over PCIe with the layer's other reads
+        link = p.link_share * p.link_gbps * GB
+        pcie = np.where(reads + disk > 0, p.pcie_latency_s + (reads + disk) * p.expert_bytes / link, 0.0)
+        pcie = pcie + np.where(disk > 0, p.disk_latency_s + disk * p.expert_bytes / (p.disk_gbps * GB), 0.0)
+        cpu = np.where(on_cpu > 0, p.cpu_sync_s + on_cpu * p.cpu_expert_s, 0.0)
+        wait = np.maximum(cpu, pcie)
         reads = reads + disk
-    wait = _read_wait_s(p, reads)
-    if disk is not None:
-        wait = wait + np.where(disk > 0, p.disk_latency_s + disk * p.expert_bytes / (p.disk_gbps * GB), 0.0)
     if peer is not None:
         for i, (expert_s, latency_s) in enumerate(zip(p.peer_expert_s, p.peer_latency_s, strict=True)):
             held = peer[:, :, i]
             wait = np.maximum(wait, np.where(held > 0, latency_s + expert_s * held, 0.0))
     step_reads = reads.sum(axis=1)
     in_eager, eager = eager_steps(p, step_reads, eager, starts)
-    # copies proceed while the layer computes and, in an eager step, through its launch and sync gaps as well
-    window = gpu + np.where(in_eager, p.graph_break_s / layers, 0.0)[:, None]
+    # copies proceed while the layer computes its experts and, in an eager step, through its launch and sync gaps
+    window = window + np.where(in_eager, p.graph_break_s / layers, 0.0)[:, None]
     stall = np.maximum(wait - window, 0.0).sum(axis=1)
     steps = resident.shape[0]
     return StepTimes(gpu.sum(axis=1), stall, eager_s=np.where(in_eager, p.graph_break_s, 0.0),
@@ -125,9 +139,31 @@ def _layer_gpu_s(p: StepParams, layers: int, resident: np.ndarray) -> np.ndarray
     return gpu
 
 
-def _read_wait_s(p: StepParams, reads: np.ndarray) -> np.ndarray:
-    """Seconds a layer waits for ``reads`` experts over PCIe (0 without reads)."""
-    return np.where(reads > 0, p.pcie_latency_s + reads * p.expert_bytes / (p.link_share * p.link_gbps * GB), 0.0)
+def _expert_window_s(p: StepParams, resident: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+    """GPU seconds of a layer-step that the host's and the peers' paths overlap: its resident experts' work (after
+    the dense work that decides the routing); with a layer split, the whole layer."""
+    return gpu if p.split_share else p.gpu_expert_s * resident
+
+
+def host_split(p: StepParams, missed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How ``missed`` experts in host RAM (per layer-step) are served: (computed by the CPU, read over PCIe, seconds
+    until both are done). The engine's policy: the CPU takes the misses it finishes within ``cpu_budget_s`` per
+    layer, the rest cross PCIe. The split depends on neither the GPU nor the link, so a faster card or link only
+    shortens the work. The CPU's path starts at the routing decision: ``cpu_sync_s`` plus ``cpu_expert_s`` each;
+    the reads' path ``pcie_latency_s + bytes / (link_share x link_gbps)``."""
+    m = np.asarray(missed, dtype=float)
+    on_cpu = np.minimum(m, cpu_budget_experts(p))
+    reads = m - on_cpu
+    cpu = np.where(on_cpu > 0, p.cpu_sync_s + on_cpu * p.cpu_expert_s, 0.0)
+    pcie = np.where(reads > 0, p.pcie_latency_s + reads * p.expert_bytes / (p.link_share * p.link_gbps * GB), 0.0)
+    return on_cpu, reads, np.maximum(cpu, pcie)
+
+
+def cpu_budget_experts(p: StepParams) -> float:
+    """Missed experts the CPU takes per layer-step: those it finishes within ``cpu_budget_s`` (whole experts)."""
+    if p.cpu_expert_s == float("inf"):
+        return 0.0
+    return float(np.floor(p.cpu_budget_s / p.cpu_expert_s + 1e-9))  # guarding float rounding
 
 
 def eager_steps(p: StepParams, step_reads: np.ndarray, eager: bool, starts: np.ndarray | None
@@ -152,6 +188,7 @@ class LayerTable:
     gpu: np.ndarray  # [resident]
     reads: np.ndarray  # [resident * width + missed] (int)
     stall: np.ndarray  # [eager * cells + resident * width + missed]
+    stalls: np.ndarray  # [resident * width + missed] (bool): the cell can stall (on the fused path; eager stalls less)
 
     @property
     def cells(self) -> int:
@@ -164,25 +201,24 @@ def layer_table(p: StepParams, layers: int, resident_max: int, missed_max: int) 
     r = np.arange(resident_max + 1)
     m = np.arange(missed_max + 1)
     gpu = _layer_gpu_s(p, layers, r)
-    on_cpu = np.minimum(m[None, :], np.floor(gpu / p.cpu_expert_s + 1e-9)[:, None])
-    reads = m[None, :] - on_cpu
-    wait = _read_wait_s(p, reads)
-    stall = [np.maximum(wait - (gpu + add)[:, None], 0.0).ravel() for add in (0.0, p.graph_break_s / layers)]
-    return LayerTable(m.size, gpu, reads.astype(np.int32).ravel(), np.concatenate(stall))
+    window = _expert_window_s(p, r, gpu)
+    _, reads, wait = host_split(p, np.broadcast_to(m[None, :], (r.size, m.size)))
+    stall = [np.maximum(wait - (window + add)[:, None], 0.0).ravel() for add in (0.0, p.graph_break_s / layers)]
+    return LayerTable(m.size, gpu, reads.astype(np.int32).ravel(), np.concatenate(stall), stall[0] > 0)
 
 
 def _step_times_tabulated(resident: np.ndarray, missed: np.ndarray, p: StepParams, eager: bool,
                           starts: np.ndarray | None) -> StepTimes:
     """:func:`step_times` without peers or disk, by table reads: every per-layer value is the one the expressions
     give (the same floating-point operations on the same counts), summed in the same order. A layer stalls only
-    where it reads over PCIe (a few layer-steps in a hundred), so stalls are looked up there alone."""
+    where its host paths outlast its expert work, so stalls are looked up there alone."""
     steps, layers = resident.shape
     tab = layer_table(p, layers, int(resident.max()), int(missed.max()))
     cell = resident.astype(np.int32, copy=True)
     cell *= tab.width
     cell += missed
     reads = np.take(tab.reads, cell, mode="clip", out=np.empty_like(cell))  # cell is in range: clip skips checks
-    at = np.flatnonzero(reads)
+    at = np.flatnonzero(np.take(tab.stalls, cell, mode="clip"))
     gpu = np.take(tab.gpu, resident, mode="clip", out=np.empty(resident.shape))
     return tabulated_step_times(p, tab, layers=layers, compute_s=gpu.sum(axis=1),
                                 step_reads=reads.sum(axis=1, dtype=np.int32),
@@ -194,8 +230,8 @@ def tabulated_step_times(p: StepParams, tab: LayerTable, layers: int, compute_s:
                          step_missed: np.ndarray, at: np.ndarray, cells_at: np.ndarray, eager: bool,
                          starts: np.ndarray | None) -> StepTimes:
     """Step times from per-step totals (compute seconds; PCIe reads and missed experts, whole numbers) and the flat
-    [steps x layers] positions ``at`` of the layers that read, with their table cells: each step's eager state from
-    its reads, then the stalls of those layers alone, summed per step as the whole row would be."""
+    [steps x layers] positions ``at`` of the layers that can stall, with their table cells: each step's eager state
+    from its reads, then the stalls of those layers alone, summed per step as the whole row would be."""
     steps = compute_s.size
     reads = step_reads.astype(float)
     in_eager, eager = eager_steps(p, reads, eager, starts)

@@ -19,11 +19,12 @@ _FILE_DIGESTS: dict[tuple, str] = {}
 
 
 def package_modules(root: str = PACKAGE) -> list[str]:
-    """Every module of the package under ``root``, as paths relative to it, sorted."""
+    """Every module of the package under ``root``, and the data files shipped with it (the catalog's YAML), as paths
+    relative to it, sorted."""
     found = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__")))
-        found += [os.path.relpath(os.path.join(folder, f), root) for f in files if f.endswith(".py")]
+        found += [os.path.relpath(os.path.join(folder, f), root) for f in files if f.endswith((".py", ".yaml"))]
     return sorted(found)
 
 

@@ -1,0 +1,133 @@
+"""The catalog files (``sim/catalog/data/{gpus,hosts,links}.yaml``) read once and handed out as fresh copies; the
+paper DRAM bandwidth of a host; the closest id to a mistyped name.
+
+The files are read with ruamel.yaml's safe loader (YAML 1.2, a repeated key refused) and checked for shape only: a
+map of lowercase ids to maps whose keys are the kind's spec keys. Their numbers are checked by
+``tests/test_catalog.py``. This module imports nothing of ``sim``, so any layer may use it."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import re
+from importlib import resources
+from typing import Any
+
+KINDS: tuple[str, ...] = ("gpus", "hosts", "links")
+
+# The keys a GPU entry may carry: hardware numbers a scenario's ``gpus.<type>`` section may take, and their provenance
+GPU_SPEC_KEYS: tuple[str, ...] = ("vram_gib", "hbm_gbps", "tflops", "int8_tops", "pcie_max_gen", "pcie_max_lanes",
+                                  "board_power_w", "memory", "vendor", "unified", "name", "source", "note")
+HOST_SPEC_KEYS: tuple[str, ...] = ("name", "source", "note", "dram", "mt_s", "channels", "cores", "threads")
+LINK_SPEC_KEYS: tuple[str, ...] = ("name", "source", "note", "kind", "gt_s", "encoding", "lane_gbps", "lanes", "gbps",
+                                   "bidirectional_gbps")
+SPEC_KEYS: dict[str, tuple[str, ...]] = {"gpus": GPU_SPEC_KEYS, "hosts": HOST_SPEC_KEYS, "links": LINK_SPEC_KEYS}
+
+DRAM_BYTES_PER_CHANNEL = 8  # one 64-bit channel moves 8 bytes per transfer
+_ID = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+
+class CatalogError(ValueError):
+    """A catalog file that is not a map of ids to entries of known keys (a packaging or editing mistake)."""
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"unknown catalog kind {kind!r}: expected one of {', '.join(KINDS)}")
+
+
+@functools.cache
+def _entries(kind: str) -> dict[str, dict[str, Any]]:
+    """The parsed file of ``kind``, read on first use and kept (callers get copies)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    _check_kind(kind)
+    where = f"sim/catalog/data/{kind}.yaml"
+    try:
+        text = (resources.files("sim.catalog") / "data" / f"{kind}.yaml").read_text(encoding="utf-8")
+        data = YAML(typ="safe").load(text)
+    except OSError as exc:
+        raise CatalogError(f"{where}: cannot be read: {exc}") from None
+    except YAMLError as exc:  # one line: the problem and where (ruamel's message spans several)
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise CatalogError(f"{where}: cannot be read: {line}{problem}") from None
+    if not isinstance(data, dict) or not data:
+        raise CatalogError(f"{where}: expected a map of ids to entries")
+    allowed = set(SPEC_KEYS[kind])
+    for ident, entry in data.items():
+        if not isinstance(ident, str) or not _ID.match(ident):
+            raise CatalogError(f"{where}: id {ident!r} is not a lowercase identifier")
+        if not isinstance(entry, dict):
+            raise CatalogError(f"{where}: {ident}: expected a map of keys to values")
+        unknown = sorted(set(entry) - allowed)
+        if unknown:
+            raise CatalogError(f"{where}: {ident}: unknown key {unknown[0]!r}; "
+                               f"expected one of {', '.join(SPEC_KEYS[kind])}")
+    return data
+
+
+def entries(kind: str) -> dict[str, dict[str, Any]]:
+    """id -> a fresh (deep) copy of each entry of ``kind`` (``gpus``, ``hosts`` or ``links``), in file order."""
+    return copy.deepcopy(_entries(kind))
+
+
+def gpu_entries() -> dict[str, dict[str, Any]]:
+    """id -> a fresh copy of each GPU entry as in ``gpus.yaml`` (``name``, ``source`` and ``note`` included)."""
+    return entries("gpus")
+
+
+def host_entries() -> dict[str, dict[str, Any]]:
+    """id -> a fresh copy of each host entry as in ``hosts.yaml``; the paper bandwidth is not in it
+    (:func:`dram_paper_gbps`)."""
+    return entries("hosts")
+
+
+def link_entries() -> dict[str, dict[str, Any]]:
+    """id -> a fresh copy of each link entry as in ``links.yaml``."""
+    return entries("links")
+
+
+def dram_paper_gbps(channels: int, mt_s: float) -> float:
+    """Paper bandwidth of ``channels`` 64-bit DRAM channels at ``mt_s`` MT/s, in decimal GB/s:
+    ``channels x 8 bytes x mt_s / 1000`` (dual-channel DDR4-3200: 51.2 GB/s)."""
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+        raise ValueError(f"channels must be a whole number of at least 1, not {channels!r}")
+    if isinstance(mt_s, bool) or not isinstance(mt_s, (int, float)) or not mt_s > 0:
+        raise ValueError(f"mt_s must be a positive number of MT/s, not {mt_s!r}")
+    return channels * DRAM_BYTES_PER_CHANNEL * float(mt_s) / 1000.0
+
+
+def _plain(text: str) -> str:
+    """``text`` lowercased without spaces and punctuation: ``RTX 4090`` and ``rtx-4090`` read as ``rtx4090``."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def closest(kind: str, name: str) -> str | None:
+    """The id of ``kind`` closest to ``name`` (an id or a marketing name, any case and spacing) for a did-you-mean
+    message: the id itself when ``name`` spells one (or an entry's name), else the first id it begins, else difflib's
+    closest match above 0.6, else None."""
+    known = _entries(kind)
+    if name in known:
+        return name
+    spelled: dict[str, str] = {}  # plain spelling -> id, ids first so that an id wins over another entry's name
+    for ident in known:
+        spelled.setdefault(_plain(ident), ident)
+    for ident, entry in known.items():
+        spelled.setdefault(_plain(str(entry.get("name", ""))), ident)
+    plain = _plain(name)
+    if plain in spelled:
+        return spelled[plain]
+    starts = [ident for ident in known if plain and _plain(ident).startswith(plain)]
+    if starts:  # "h100" -> h100_pcie, the first in file order
+        return starts[0]
+    match = difflib.get_close_matches(plain, list(spelled), n=1, cutoff=0.6)
+    return spelled[match[0]] if match else None
+
+
+def similarity(a: str, b: str) -> float:
+    """How alike two names are, 0 to 1, as :func:`closest` compares them (to rank its answers across kinds)."""
+    return difflib.SequenceMatcher(None, _plain(a), _plain(b)).ratio()

@@ -1,0 +1,277 @@
+"""A GGUF file -> :class:`ModelGeometry`, from its header only: the metadata (``general.architecture``,
+``{arch}.block_count``, ``{arch}.expert_count``, ...; key names from ``gguf.constants.Keys``) and the tensor table
+(names, shapes, types). ``gguf.GGUFReader`` memory-maps the file and no tensor data is read (string arrays, the
+tokenizer's vocabulary, are skipped rather than decoded: see :func:`_header_reader`).
+
+Parameters and bytes are the tensors' own: ``n_elements`` and ``n_bytes`` of each. The routed experts are the
+tensors named ``blk.N.ffn_*_exps.*`` (gate, up, down, fused gate_up, their biases); everything else is dense (router
+``ffn_gate_inp``, shared experts ``ffn_*_shexp``, attention, norms, embeddings, output). ``expert_bytes`` is the
+expert tensors' bytes / (moe_layers x experts): the mean over layers when a mix gives some layers more bits.
+Multi-token-prediction blocks (the last ``{arch}.nextn_predict_layers`` blocks) are left out, as for config.json.
+A split file (``name-00001-of-00003.gguf``) is read whole: the other shards are found beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import struct
+import sys
+from collections import Counter
+from typing import Any
+
+from sim.core.errors import ScenarioError
+from sim.modelfiles.geometry import ModelGeometry, gqa_kv_bytes, mla_kv_bytes
+from sim.modelfiles.quant import kv_bytes
+
+EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_\w+_exps\.")  # ffn_gate_exps.weight, ffn_down_exps.bias, ...
+SHARED_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_\w+_shexp\.")  # a shared expert: dense
+BLOCK_TENSOR = re.compile(r"^blk\.(\d+)\.")
+SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+def _gguf():
+    """gguf's reader and constants (imported when a GGUF is read: numpy and the tables take a moment)."""
+    import gguf
+    from gguf.constants import Keys, LlamaFileType
+
+    return gguf, Keys, LlamaFileType
+
+
+@functools.cache
+def _header_reader() -> type:
+    """``gguf.GGUFReader`` with array values read in one piece: numbers as one array, strings skipped (their
+    contents are an empty list). The plain reader parses every element of the tokenizer's arrays on its own (about
+    20 s for a 150,000-token vocabulary); this one takes a fraction of a second. Only the arrays change."""
+    import numpy as np
+    from gguf import GGUFReader, GGUFValueType
+
+    class HeaderReader(GGUFReader):
+        def _get_field_parts(self, orig_offs: int, raw_type: int):
+            if GGUFValueType(raw_type) != GGUFValueType.ARRAY:
+                return super()._get_field_parts(orig_offs, raw_type)
+            raw_itype = self._get(orig_offs, np.uint32)
+            count = self._get(orig_offs + 4, np.uint64)
+            start, n = orig_offs + 12, int(count[0])
+            itype = GGUFValueType(raw_itype[0])
+            types = [GGUFValueType.ARRAY, itype]
+            scalar = self.gguf_scalar_to_np.get(itype)
+            if scalar is not None:
+                values = self._get(start, scalar, n)
+                return 12 + int(values.nbytes), [raw_itype, count, values], [2], types
+            if itype != GGUFValueType.STRING:
+                return super()._get_field_parts(orig_offs, raw_type)  # arrays of arrays
+            order = "<" if (self.byte_order == "I") == (sys.byteorder == "little") else ">"
+            length, end = struct.Struct(order + "Q"), start
+            for _ in range(n):  # each string: a u64 length, then its bytes
+                end += 8 + length.unpack_from(self.data, end)[0]
+            if end > len(self.data):
+                raise ValueError(f"a string array runs past the end of the file ({end} > {len(self.data)} bytes)")
+            return end - orig_offs, [raw_itype, count, self._get(start, np.uint8, end - start)], [], types
+
+    return HeaderReader
+
+
+class _Header:
+    """A GGUF's metadata, each value read with an error naming the file and the key."""
+
+    def __init__(self, path: str, reader: Any, arch: str):
+        self.path, self.fields, self.arch = path, reader.fields, arch
+
+    def key(self, template: str) -> str:
+        return template.format(arch=self.arch)
+
+    def value(self, template: str) -> Any:
+        field = self.fields.get(self.key(template))
+        return None if field is None else field.contents()
+
+    def int(self, template: str, default: int | None = None, minimum: int = 1) -> int:
+        """A whole number >= ``minimum`` (the largest, when the file gives one per layer)."""
+        value = self.value(template)
+        if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            value = max(value)
+        if value is None:
+            if default is None:
+                raise ScenarioError(self.path, self.key(template), f"missing: expected a whole number >= {minimum}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ScenarioError(self.path, self.key(template), f"expected a whole number >= {minimum}, got {value!r}")
+        return value
+
+    def per_layer(self, template: str, layers: int, default: int) -> list[int]:
+        """A per-layer value: the file's list, or its one number repeated."""
+        value = self.value(template)
+        if isinstance(value, list):
+            if len(value) < layers or not all(isinstance(v, int) and v >= 0 for v in value):
+                raise ScenarioError(self.path, self.key(template), f"expected {layers} whole numbers, one per layer")
+            return list(value[:layers])
+        return [self.int(template, default, minimum=0)] * layers
+
+
+def read_gguf(path: str, kv_type: str = "f16") -> ModelGeometry:
+    """Read the GGUF file ``path`` (with its other shards, when split) as a geometry, with a KV cache of
+    ``kv_type`` values (f16 default: 2 bytes each). Raises ScenarioError (file, key, what was expected) for a
+    missing file, a file that is not a GGUF, or a missing metadata key."""
+    gguf, keys, file_types = _gguf()
+    try:
+        value_bytes = kv_bytes(kv_type)
+    except ValueError as exc:
+        raise ScenarioError("--kv-type", kv_type, str(exc)) from None
+    reader = _open(path, gguf)
+    others = _other_shards(path, _Header(path, reader, ""), gguf, keys)
+    arch_field = reader.fields.get(keys.General.ARCHITECTURE)
+    arch = arch_field.contents() if arch_field is not None else None
+    if not isinstance(arch, str) or not arch:
+        raise ScenarioError(path, keys.General.ARCHITECTURE, "missing: expected the model's architecture name")
+    head = _Header(path, reader, arch)
+    tensors = list(reader.tensors) + others
+    llm, att = keys.LLM, keys.Attention
+    blocks = head.int(llm.BLOCK_COUNT)
+    nextn = head.int(llm.NEXTN_PREDICT_LAYERS, 0, minimum=0)
+    layers = blocks - nextn
+    if layers < 1:
+        raise ScenarioError(path, head.key(llm.NEXTN_PREDICT_LAYERS), f"{nextn} prediction layers of {blocks} blocks:"
+                            " expected fewer than block_count")
+    hidden, heads = head.int(llm.EMBEDDING_LENGTH), head.int(att.HEAD_COUNT)
+    kv_heads = head.per_layer(att.HEAD_COUNT_KV, layers, heads)
+    key_len = head.int(att.KEY_LENGTH, hidden // heads)
+    value_len = head.int(att.VALUE_LENGTH, key_len)
+
+    expert_elems = expert_bytes = dense_elems = dense_bytes = mtp_bytes = 0
+    moe_blocks: set[int] = set()
+    expert_types: Counter[str] = Counter()
+    dense_types: Counter[str] = Counter()
+    vocab, shared = 0, False
+    for t in tensors:
+        block = BLOCK_TENSOR.match(t.name)
+        if block and int(block.group(1)) >= layers:
+            mtp_bytes += int(t.n_bytes)
+            continue
+        if t.name == "token_embd.weight":
+            vocab = int(t.shape[-1]) if len(t.shape) > 1 else 0
+        shared = shared or SHARED_TENSOR.match(t.name) is not None
+        expert = EXPERT_TENSOR.match(t.name)
+        if expert:
+            moe_blocks.add(int(expert.group(1)))
+            expert_elems += int(t.n_elements)
+            expert_bytes += int(t.n_bytes)
+            expert_types[t.tensor_type.name] += int(t.n_bytes)
+        else:
+            dense_elems += int(t.n_elements)
+            dense_bytes += int(t.n_bytes)
+            dense_types[t.tensor_type.name] += int(t.n_bytes)
+    if not vocab:  # no token_embd tensor: the metadata's count
+        vocab = head.int(llm.VOCAB_SIZE)
+
+    experts = head.int(llm.EXPERT_COUNT, 0, minimum=0) if moe_blocks else 0
+    if moe_blocks and experts == 0:
+        raise ScenarioError(path, head.key(llm.EXPERT_COUNT), "missing: the file has expert tensors (ffn_*_exps), "
+                            "expected the number of experts per layer")
+    moe_layers = len(moe_blocks)
+    top_k = head.int(llm.EXPERT_USED_COUNT) if experts else 0
+    per_expert = expert_elems / (moe_layers * experts) if experts else 0.0
+    notes = []
+    if experts and expert_elems % (moe_layers * experts):
+        notes.append(f"expert tensors hold {expert_elems} parameters: not a whole number per expert of "
+                     f"{moe_layers} layers x {experts} experts (averaged)")
+    if mtp_bytes:
+        notes.append(f"{nextn} multi-token-prediction block(s) not counted ({mtp_bytes / 2**20:.4g} MiB)")
+    attention = _attention_layers(head, layers, kv_heads, keys, notes)
+    if head.value(att.KV_LORA_RANK) is not None:  # MLA: the compressed latent and the shared rope key per layer
+        kv_per_token = mla_kv_bytes(len(attention), head.int(att.KV_LORA_RANK),
+                                    head.int(keys.Rope.DIMENSION_COUNT, 0, minimum=0), value_bytes)
+    else:
+        kv_per_token = sum(gqa_kv_bytes(1, kv_heads[i], key_len, value_len, value_bytes) for i in attention)
+    notes += [f"{role} tensor types by bytes: {_shares(types)}" for role, types in
+              (("expert", expert_types), ("dense", dense_types)) if types]
+    file_type = head.value(keys.General.FILE_TYPE)
+    dominant = (expert_types or dense_types).most_common(1)
+    quant = _file_type_name(file_type, file_types) or (dominant[0][0] if dominant else "unknown")
+    expert_one = expert_bytes / (moe_layers * experts) if experts else 0.0
+    active = dense_elems + round(top_k * per_expert * moe_layers)
+    return ModelGeometry(
+        architecture=arch, layers=layers, moe_layers=moe_layers, hidden=hidden, heads=heads,
+        kv_heads=max(kv_heads) if kv_heads else 0, head_dim=key_len, vocab=vocab, experts_per_layer=experts,
+        top_k=top_k, shared_experts=head.int(llm.EXPERT_SHARED_COUNT, 1 if shared else 0, minimum=0) if experts else 0,
+        expert_params=round(per_expert), dense_params=dense_elems, total_params=dense_elems + expert_elems,
+        active_params_per_token=active, kv_bytes_per_token=kv_per_token,
+        bits_per_weight_experts=8 * expert_bytes / expert_elems if expert_elems else 0.0,
+        bits_per_weight_dense=8 * dense_bytes / dense_elems if dense_elems else 0.0, expert_bytes=expert_one,
+        dense_bytes=float(dense_bytes), weights_bytes=float(dense_bytes + expert_bytes), source=path, quant=quant,
+        embedding_params=vocab * hidden, attention_layers=len(attention), notes=tuple(notes))
+
+
+def _open(path: str, gguf: Any) -> Any:
+    if not os.path.exists(path):
+        raise ScenarioError(path, "", "no such file: expected a .gguf model file")
+    try:
+        return _header_reader()(path)
+    except PermissionError as exc:
+        raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
+    except Exception as exc:  # a wrong magic, a truncated header, an empty file: numpy and gguf raise many kinds
+        raise ScenarioError(path, "", f"not a GGUF file ({type(exc).__name__}: {exc}): expected a .gguf model "
+                            "file (magic 'GGUF', a header gguf can read)") from None
+
+
+def _other_shards(path: str, head: _Header, gguf: Any, keys: Any) -> list[Any]:
+    """The tensors of a split file's other shards (``-0000K-of-0000N.gguf`` beside ``path``)."""
+    count = head.int(keys.Split.LLM_KV_SPLIT_COUNT, 1, minimum=1)
+    if count == 1:
+        return []
+    match = SHARD.search(path)
+    if match is None or int(match.group(2)) != count:
+        raise ScenarioError(path, keys.Split.LLM_KV_SPLIT_COUNT, f"a file split in {count}: expected its name to end "
+                            f"in -00001-of-{count:05d}.gguf so the other shards can be found")
+    if int(match.group(1)) != 1:
+        raise ScenarioError(path, keys.Split.LLM_KV_SPLIT_NO, f"shard {int(match.group(1))} of {count}: give the "
+                            f"first, {SHARD.sub(f'-00001-of-{count:05d}.gguf', path)}")
+    found = []
+    for no in range(2, count + 1):
+        shard = SHARD.sub(f"-{no:05d}-of-{count:05d}.gguf", path)
+        found += list(_open(shard, gguf).tensors)
+    return found
+
+
+def _attention_layers(head: _Header, layers: int, kv_heads: list[int], keys: Any, notes: list[str]) -> list[int]:
+    """The layers that keep a per-token KV cache: not those without KV heads (recurrent layers of a hybrid), not
+    Qwen3-Next's linear-attention layers, not the sliding-window layers of a model that also has full ones."""
+    candidates = [i for i in range(layers) if kv_heads[i] > 0]
+    if len(candidates) < layers:
+        notes.append(f"{layers - len(candidates)} layers without KV heads (recurrent) keep no per-token cache")
+    interval = head.value(keys.LLM.FULL_ATTENTION_INTERVAL)
+    if isinstance(interval, int) and interval > 1:
+        linear = [i for i in candidates if (i + 1) % interval != 0]
+        notes.append(f"{len(linear)} linear-attention layers keep a fixed-size state, not a per-token KV cache")
+        candidates = [i for i in candidates if (i + 1) % interval == 0]
+    window = head.value(keys.Attention.SLIDING_WINDOW)
+    pattern = head.value(keys.Attention.SLIDING_WINDOW_PATTERN)
+    if isinstance(pattern, int) and pattern > 1:  # llama.cpp: layer i slides unless i % pattern == pattern - 1
+        sliding = {i for i in candidates if i % pattern < pattern - 1}
+    elif isinstance(pattern, list) and len(pattern) >= layers:
+        sliding = {i for i in candidates if pattern[i]}
+    elif head.arch == "gpt-oss" and window:  # llama.cpp hard-codes gpt-oss: every other layer, from the first
+        sliding = {i for i in candidates if i % 2 == 0}
+    else:
+        sliding = set()
+    if sliding and len(sliding) < len(candidates):
+        notes.append(f"{len(sliding)} sliding-window layers not counted per token: they hold at most "
+                     f"{window} tokens each")
+        candidates = [i for i in candidates if i not in sliding]
+    return candidates
+
+
+def _shares(types: Counter[str]) -> str:
+    total = sum(types.values())
+    return ", ".join(f"{name} {n / total:.0%}" for name, n in types.most_common())
+
+
+def _file_type_name(value: Any, file_types: Any) -> str | None:
+    """``general.file_type`` as the scheme's usual name (MOSTLY_Q4_K_M -> Q4_K_M), or None."""
+    if not isinstance(value, int):
+        return None
+    try:
+        name = file_types(value).name
+    except ValueError:
+        return None
+    return None if name == "GUESSED" else name.removeprefix("MOSTLY_").removeprefix("ALL_")

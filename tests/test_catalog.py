@@ -1,0 +1,324 @@
+"""The hardware catalog shipped with the package (sim/catalog/data/*.yaml) and `sim catalog`: every entry names its
+source, carries only known keys with plausible, self-consistent numbers (bandwidth against memory type, INT8 against
+FP16, PCIe against sim.core.units), the vendor anchors hold, the API hands out copies, and the command prints tables
+within 120 columns, one entry in full, JSON that round-trips, and a one-line did-you-mean for an unknown name."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from importlib import resources
+
+import pytest
+from click.testing import CliRunner
+
+from sim import catalog
+from sim.catalog import (
+    GPU_SPEC_KEYS,
+    HOST_SPEC_KEYS,
+    KINDS,
+    CatalogError,
+    closest,
+    dram_paper_gbps,
+    entries,
+    gpu_entries,
+    host_entries,
+    link_entries,
+    store,
+)
+from sim.cli import main
+from sim.core.text import WIDTH
+from sim.core.units import PCIE_LANE_GBPS, pcie_paper_gbps
+
+GPUS, HOSTS, LINKS = gpu_entries(), host_entries(), link_entries()
+ALL = {"gpus": GPUS, "hosts": HOSTS, "links": LINKS}
+
+REQUIRED_GPUS = {
+    "gtx1650super", "rtx2060", "rtx2070", "rtx2080", "rtx2080ti",
+    "rtx3060", "rtx3060ti", "rtx3070", "rtx3070ti", "rtx3080", "rtx3080_12gb", "rtx3090", "rtx3090ti",
+    "rtx4060", "rtx4060ti_8gb", "rtx4060ti_16gb", "rtx4070", "rtx4070super", "rtx4070ti", "rtx4070tisuper", "rtx4080",
+    "rtx4080super", "rtx4090", "rtx5060ti_16gb", "rtx5070", "rtx5070ti", "rtx5080", "rtx5090",
+    "rtx_a1000", "rtx_a4000", "rtx_a6000", "rtx6000_ada", "rtx_pro_6000",
+    "a100_40gb_pcie", "a100_80gb_pcie", "a100_40gb_sxm", "a100_80gb_sxm", "h100_pcie", "h100_sxm", "l40s",
+    "rx7900xtx", "rx7900xt", "rx7800xt", "rx9070xt", "mi300x", "arc_a770",
+    "m1_max", "m1_ultra", "m2_max", "m2_ultra", "m3_max", "m3_ultra", "m4_max", "gb10",
+}
+REQUIRED_HOSTS = {"ddr4_3200_2ch", "ddr4_3600_2ch", "ddr5_5600_2ch", "ddr5_6000_2ch", "ddr5_6400_2ch", "ryzen5_5600x",
+                  "ryzen7_5800x", "ryzen9_7950x", "ryzen7_9700x", "ryzen9_9950x", "i9_10900x", "epyc_9355",
+                  "xeon_gold_6454s", "xeon_platinum_8480", "threadripper_pro_7975wx", "i7_8550u"}
+REQUIRED_LINKS = {"pcie1", "pcie2", "pcie3", "pcie4", "pcie5", "nvlink_rtx3090", "nvlink_a100", "nvlink_h100"}
+
+STRING_KEYS = {"name", "source", "note", "memory", "vendor", "dram", "kind", "encoding"}
+# per-pin data rate (Gbit/s) the memory type spans, and the bus widths (bits) it comes in
+MEMORY = {
+    "GDDR6": ((12.0, 20.0), (128, 192, 256, 320, 352, 384)),
+    "GDDR6X": ((19.0, 24.0), (192, 256, 320, 384)),
+    "GDDR7": ((28.0, 32.0), (128, 192, 256, 384, 512)),
+    "HBM2": ((1.6, 2.5), (3072, 4096, 5120, 6144, 8192)),
+    "HBM2e": ((2.4, 3.6), (3072, 4096, 5120, 6144, 8192)),
+    "HBM3": ((4.8, 6.4), (3072, 4096, 5120, 6144, 8192)),
+    "LPDDR5X": ((7.5, 9.6), (128, 256, 512, 1024)),
+}
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def numbers(entry):
+    return {k: v for k, v in entry.items() if k not in STRING_KEYS and k != "unified"}
+
+
+# --- the data ------------------------------------------------------------------------------------------------------
+
+def test_the_sanity_anchors_hold():
+    assert {k: GPUS["rtx5090"][k] for k in ("vram_gib", "hbm_gbps", "pcie_max_gen", "pcie_max_lanes",
+                                            "board_power_w")} == {"vram_gib": 32, "hbm_gbps": 1792, "pcie_max_gen": 5,
+                                                                  "pcie_max_lanes": 16, "board_power_w": 575}
+    assert {k: GPUS["rtx4090"][k] for k in ("vram_gib", "hbm_gbps", "pcie_max_gen", "pcie_max_lanes",
+                                            "board_power_w")} == {"vram_gib": 24, "hbm_gbps": 1008, "pcie_max_gen": 4,
+                                                                  "pcie_max_lanes": 16, "board_power_w": 450}
+    assert GPUS["rtx4090"]["tflops"] == 165.2 and GPUS["rtx5090"]["tflops"] == 209.5  # dense, FP32 accumulate
+    assert GPUS["a100_80gb_sxm"]["hbm_gbps"] == 2039 and GPUS["a100_80gb_sxm"]["tflops"] == 312
+    assert GPUS["h100_sxm"]["hbm_gbps"] == 3350 and GPUS["mi300x"]["vram_gib"] == 192
+    assert GPUS["gb10"]["unified"] is True and GPUS["gb10"]["hbm_gbps"] == 273
+
+
+def test_the_required_entries_are_there():
+    assert REQUIRED_GPUS <= set(GPUS), REQUIRED_GPUS - set(GPUS)
+    assert REQUIRED_HOSTS <= set(HOSTS), REQUIRED_HOSTS - set(HOSTS)
+    assert REQUIRED_LINKS <= set(LINKS), REQUIRED_LINKS - set(LINKS)
+
+
+def test_ids_are_lowercase_and_unique_across_kinds():
+    ids = [i for data in ALL.values() for i in data]
+    assert len(ids) == len(set(ids))
+    assert all(re.fullmatch(r"[a-z][a-z0-9_]*", i) for i in ids)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_entry_names_its_source_with_https_and_only_known_keys(kind):
+    for ident, e in ALL[kind].items():
+        assert set(e) <= set(store.SPEC_KEYS[kind]), (ident, set(e) - set(store.SPEC_KEYS[kind]))
+        assert isinstance(e.get("name"), str) and e["name"].strip(), ident
+        assert isinstance(e.get("source"), str) and re.fullmatch(r"https://\S+", e["source"]), ident
+        for url in re.findall(r"\b[a-z]+://\S*", e.get("note", "")):
+            assert url.startswith("https://"), (ident, url)
+        for key in set(e) & STRING_KEYS:
+            assert isinstance(e[key], str) and e[key].strip(), (ident, key)
+        for key, value in numbers(e).items():
+            assert isinstance(value, (int, float)) and not isinstance(value, bool), (ident, key)
+            assert math.isfinite(value) and value > 0, (ident, key)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_file_header_explains_every_key_it_uses(kind):
+    text = (resources.files("sim.catalog") / "data" / f"{kind}.yaml").read_text(encoding="utf-8")
+    header = "\n".join(line for line in text.splitlines()[:40] if line.startswith("#"))
+    used = {k for e in ALL[kind].values() for k in e}
+    assert all(re.search(rf"#\s+{k}\s", header) for k in used), [k for k in used if f" {k} " not in header]
+
+
+def test_gpu_numbers_are_plausible():
+    for ident, e in GPUS.items():
+        assert e["vendor"] in ("nvidia", "amd", "intel", "apple"), ident
+        assert e["name"].lower().startswith(e["vendor"]), ident
+        assert 2 <= e["vram_gib"] <= 600 and 100 <= e["hbm_gbps"] <= 10_000, ident
+        assert 1 <= e.get("tflops", 1) <= 5000 and 1 <= e.get("int8_tops", 1) <= 10_000, ident
+        assert 10 <= e.get("board_power_w", 10) <= 1500, ident
+        if "GeForce" in e["name"]:
+            assert e["board_power_w"] <= 600, ident  # one 12V-2x6 connector at most
+        if e.get("unified"):
+            assert e["unified"] is True and "pcie_max_gen" not in e and "pcie_max_lanes" not in e, ident
+            assert "largest" in e["note"] or "only configuration" in e["note"], ident
+        else:
+            assert isinstance(e["pcie_max_gen"], int) and 1 <= e["pcie_max_gen"] <= 5, ident
+            assert e["pcie_max_lanes"] in (1, 2, 4, 8, 16), ident
+            assert "memory" in e and "board_power_w" in e, ident
+
+
+def test_a_key_left_out_is_said_in_the_note():
+    for ident, e in GPUS.items():
+        for key in ("memory", "tflops", "int8_tops", "board_power_w"):
+            if key not in e:
+                assert key in e.get("note", ""), (ident, key)
+
+
+def test_bandwidth_fits_the_memory_type():
+    """Some bus width of the memory type at a data rate within its range gives the stated bandwidth."""
+    for ident, e in GPUS.items():
+        if "memory" not in e:
+            continue
+        (low, high), widths = MEMORY[e["memory"]]
+        rates = [e["hbm_gbps"] * 8 / w for w in widths]
+        assert any(low * 0.99 <= r <= high * 1.01 for r in rates), (ident, e["memory"], e["hbm_gbps"])
+
+
+def test_int8_and_fp16_rates_agree():
+    """Dense INT8 is twice dense FP16 (FP32 accumulate) on workstation and data-centre cards, four times on GeForce
+    (which accumulates FP16 in FP32 at half rate)."""
+    for ident, e in GPUS.items():
+        if "tflops" in e and "int8_tops" in e:
+            ratio = e["int8_tops"] / e["tflops"]
+            expected = 4.0 if "GeForce" in e["name"] else 2.0
+            assert abs(ratio / expected - 1) < 0.03, (ident, ratio)  # L40S's datasheet: 733 / 362.05
+
+
+def test_discrete_gpus_fit_the_scenario_schema():
+    from sim.config.machines import GpuType
+
+    for ident, e in GPUS.items():
+        if not e.get("unified"):
+            GpuType(**{k: e[k] for k in ("vram_gib", "pcie_max_gen", "pcie_max_lanes", "hbm_gbps", "tflops") if k in e})
+            assert set(GpuType.model_fields) - {"vram_gib"} <= set(GPU_SPEC_KEYS), ident
+
+
+def test_host_numbers_are_plausible():
+    for ident, e in HOSTS.items():
+        assert e["dram"] in ("DDR4", "DDR5"), ident
+        assert isinstance(e["channels"], int) and e["channels"] in (1, 2, 4, 6, 8, 12), ident
+        low, high = (1600, 3600) if e["dram"] == "DDR4" else (4000, 8800)
+        assert low <= e["mt_s"] <= high, ident
+        assert ("cores" in e) == ("threads" in e), ident
+        if "cores" in e:  # a CPU: the rate its vendor supports, never an overclocking profile
+            assert e["mt_s"] <= (3200 if e["dram"] == "DDR4" else 6400), ident
+            assert e["threads"] in (e["cores"], 2 * e["cores"]), ident
+
+
+def test_pcie_agrees_with_the_simulators_table():
+    for gen in range(1, 6):
+        e = LINKS[f"pcie{gen}"]
+        assert e["kind"] == "pcie" and e["lanes"] == 16
+        assert abs(e["lane_gbps"] - PCIE_LANE_GBPS[gen]) < 5e-5, gen
+        assert abs(e["gbps"] - pcie_paper_gbps(gen, e["lanes"])) < 0.01, gen
+        efficiency = 0.8 if e["encoding"] == "8b/10b" else 128 / 130
+        assert abs(e["gt_s"] * efficiency / 8 - e["lane_gbps"]) < 5e-5, gen
+
+
+def test_nvlink_figures():
+    assert LINKS["nvlink_rtx3090"]["bidirectional_gbps"] == 112.5
+    assert LINKS["nvlink_a100"]["bidirectional_gbps"] == 600 and LINKS["nvlink_h100"]["bidirectional_gbps"] == 900
+    for ident, e in LINKS.items():
+        assert e["kind"] in ("pcie", "nvlink"), ident
+        if "bidirectional_gbps" in e:
+            assert e["bidirectional_gbps"] == 2 * e["gbps"], ident
+
+
+# --- the API -------------------------------------------------------------------------------------------------------
+
+def test_the_spec_keys_are_the_agreed_ones():
+    assert GPU_SPEC_KEYS == ("vram_gib", "hbm_gbps", "tflops", "int8_tops", "pcie_max_gen", "pcie_max_lanes",
+                             "board_power_w", "memory", "vendor", "unified", "name", "source", "note")
+    assert HOST_SPEC_KEYS == ("name", "source", "note", "dram", "mt_s", "channels", "cores", "threads")
+    assert set(catalog.__all__) >= {"gpu_entries", "host_entries", "link_entries", "GPU_SPEC_KEYS", "HOST_SPEC_KEYS",
+                                    "dram_paper_gbps", "closest"}
+
+
+def test_entries_are_fresh_copies():
+    a = gpu_entries()
+    a["rtx4090"]["vram_gib"] = 1
+    a.pop("rtx5090")
+    assert gpu_entries()["rtx4090"]["vram_gib"] == 24 and "rtx5090" in gpu_entries()
+    h = host_entries()
+    h["epyc_9355"]["mt_s"] = 1
+    assert host_entries()["epyc_9355"]["mt_s"] == 6000 and entries("links") == LINKS
+
+
+def test_dram_paper_bandwidth():
+    assert dram_paper_gbps(2, 3200) == pytest.approx(51.2)
+    assert dram_paper_gbps(12, 6000) == pytest.approx(576.0)  # the EPYC 9355's stated 576 GB/s per socket
+    e = HOSTS["ryzen9_7950x"]
+    assert dram_paper_gbps(e["channels"], e["mt_s"]) == pytest.approx(83.2)
+    assert dram_paper_gbps(e["channels"], 6000) == pytest.approx(96.0)  # an overridden rate changes it
+    for bad in ((0, 3200), (2, 0), (2, -1), (True, 3200), (2.5, 3200), (2, float("nan"))):
+        with pytest.raises(ValueError):
+            dram_paper_gbps(*bad)
+
+
+def test_closest():
+    assert closest("gpus", "rtx4091") == "rtx4090"
+    assert closest("gpus", "RTX 4090") == "rtx4090"
+    assert closest("gpus", "NVIDIA GeForce RTX 3090 Ti") == "rtx3090ti"
+    assert closest("gpus", "h100") == "h100_pcie"
+    assert closest("hosts", "epyc9355") == "epyc_9355"
+    assert closest("links", "pcie4") == "pcie4"
+    assert closest("hosts", "zzzzzzzz") is None
+    with pytest.raises(ValueError):
+        closest("cpus", "epyc_9355")
+
+
+def test_a_broken_file_is_one_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "gpus.yaml").write_text("rtx4090: {vram_gib: 24, vram_gb: 24}\n")
+    (tmp_path / "data" / "hosts.yaml").write_text("a: 1\na: 2\n")
+    monkeypatch.setattr(store.resources, "files", lambda package: tmp_path)
+    store._entries.cache_clear()
+    try:
+        with pytest.raises(CatalogError, match=r"gpus\.yaml: rtx4090: unknown key 'vram_gb'"):
+            gpu_entries()
+        with pytest.raises(CatalogError, match=r"hosts\.yaml: cannot be read: .*duplicate key"):
+            host_entries()
+    finally:
+        store._entries.cache_clear()
+
+
+# --- the command ---------------------------------------------------------------------------------------------------
+
+def fits(line: str) -> bool:
+    """Within the width, or over it only by a URL that cannot be broken."""
+    return len(line) <= WIDTH or (line.split()[-1].startswith("https://") and len(line.split()) <= 2)
+
+
+def test_json_round_trips():
+    r = invoke("catalog", "--json")
+    assert r.exit_code == 0
+    out = json.loads(r.stdout)
+    assert list(out) == list(KINDS)
+    assert out["gpus"] == GPUS and out["links"] == LINKS
+    hosts = {i: {**e, "dram_gbps": dram_paper_gbps(e["channels"], e["mt_s"])} for i, e in HOSTS.items()}
+    assert out["hosts"] == hosts
+    only = json.loads(invoke("catalog", "--kind", "links", "--json").stdout)
+    assert only == {"links": LINKS}
+    one = json.loads(invoke("catalog", "RTX4090", "--json").stdout)
+    assert one == {"gpus": {"rtx4090": GPUS["rtx4090"]}}
+
+
+def test_tables_have_units_and_stay_within_the_width():
+    r = invoke("catalog")
+    assert r.exit_code == 0 and r.stderr == ""
+    lines = r.stdout.splitlines()
+    assert all(len(line) <= WIDTH for line in lines), max(lines, key=len)
+    for unit in ("GiB", "GB/s", "TFLOP/s", "TOPS", "W", "PCIe", "MT/s", "derived"):
+        assert unit in r.stdout, unit
+    for ident in [*GPUS, *HOSTS, *LINKS]:
+        assert any(line.startswith(f"  {ident} ") for line in lines), ident
+    hosts = invoke("catalog", "--kind", "hosts").stdout
+    assert "GPUs" not in hosts and "576" in hosts and "derived" in hosts
+
+
+def test_one_entry_in_full():
+    r = invoke("catalog", "rtx4090")
+    assert r.exit_code == 0
+    assert GPUS["rtx4090"]["source"] in r.stdout and "1008" in r.stdout and "165.2" in r.stdout
+    assert "NVIDIA GeForce RTX 4090" in r.stdout
+    host = invoke("catalog", "--kind", "hosts", "epyc_9355").stdout
+    assert "dram_gbps" in host and "576" in host and "derived" in host
+    for kind, data in ALL.items():
+        for ident in data:
+            out = invoke("catalog", "--kind", kind, ident)
+            assert out.exit_code == 0 and data[ident]["source"] in out.stdout, ident
+            assert all(fits(line) for line in out.stdout.splitlines()), ident
+
+
+def test_an_unknown_name_is_one_line_with_a_did_you_mean():
+    r = CliRunner().invoke(main, ["catalog", "rtx4091"])
+    lines = r.stderr.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and r.stdout == ""
+    assert lines[0].startswith("sim: error: catalog: ") and "did you mean 'rtx4090'" in lines[0]
+    wrong_kind = CliRunner().invoke(main, ["catalog", "--kind", "hosts", "rtx4090"])
+    assert wrong_kind.exit_code == 2 and len(wrong_kind.stderr.strip().splitlines()) == 1
+    nothing = CliRunner().invoke(main, ["catalog", "qqqqqqqqqq", "--json"])
+    assert nothing.exit_code == 2 and nothing.stdout == "" and "sim catalog" in nothing.stderr
+    bad_kind = CliRunner().invoke(main, ["catalog", "--kind", "cpus"])
+    assert bad_kind.exit_code == 2 and len(bad_kind.stderr.strip().splitlines()) == 1

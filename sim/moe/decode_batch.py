@@ -26,7 +26,6 @@ from sim.moe.stepcost import (
     expected_tokens_per_step,
     layer_table,
     step_times,
-    tabulated_step_times,
     tokens_per_step,
 )
 from sim.serving.telemetry import SUM_NAMES
@@ -103,9 +102,8 @@ def fused_step_times(eng: EngineSetup, lw: TierSampler, steps: int, rng: np.rand
     bit for bit and leaving ``rng`` where they leave it, but block by block: the resident counts' uniforms are the
     stream's first ``steps x layers`` doubles and the host counts' the next as many, so two copies of the stream, one
     advanced past the first block of doubles, draw them a block at a time; every pass over a block then runs in
-    cache instead of streaming arrays of millions of cells through memory. Layers stall only where they read over
-    PCIe or give the CPU more than their expert work hides, so the stalls are looked up there alone, once every
-    step's eager state is known."""
+    cache instead of streaming arrays of millions of cells through memory. Each step's eager state follows from the
+    running sum of reads (its request's, from ``starts``), so its stalls are read from the table within the block."""
     layers = eng.moe.layers
     p = eng.params
     resident, host = lw.resident, lw.missed[0]
@@ -122,10 +120,15 @@ def fused_step_times(eng: EngineSetup, lw: TierSampler, steps: int, rng: np.rand
     missed = np.empty(steps, dtype=np.int64)
     routed = np.empty(steps, dtype=np.int64)
     compute = np.empty(steps)
-    where, which = [], []
+    stall = np.empty(steps)
+    in_eager = np.empty(steps, dtype=bool)
+    done = np.empty(steps)  # reads so far, every step (the sticky eager state is read off it)
+    # each step's request, and the reads before that request's first step: known once its first block is drawn
+    first = starts[np.searchsorted(starts, np.arange(steps), side="right") - 1]
     block = FUSED_BLOCK_STEPS
     u_r, u_h = np.empty((block, layers)), np.empty((block, layers))
     r, m = np.empty((block, layers), dtype=np.int32), np.empty((block, layers), dtype=np.int32)
+    total = 0.0
     for a in range(0, steps, block):
         n = min(block, steps - a)
         streams[0].random(out=u_r[:n])
@@ -138,18 +141,26 @@ def fused_step_times(eng: EngineSetup, lw: TierSampler, steps: int, rng: np.rand
         missed[a:a + n] = mm.sum(axis=1, dtype=np.int32)
         routed[a:a + n] = rr.sum(axis=1, dtype=np.int32)
         compute[a:a + n] = np.take(tab.gpu, rr, mode="clip").sum(axis=1)
-        at = np.flatnonzero(np.take(tab.stalls, cell, mode="clip"))
-        if at.size:
-            where.append(at + a * layers)
-            which.append(cell.reshape(-1)[at])
+        # each step's eager state, as eager_steps gives it from the running sum of reads, then its stalls from
+        # the table at that state: every cell of the row (zero where it cannot stall), summed as the row would be
+        block_reads = step_reads[a:a + n].astype(float)
+        done[a:a + n] = np.cumsum(block_reads) + total
+        total = float(done[a + n - 1])
+        f = first[a:a + n]
+        if p.break_mode == "sticky":
+            eager_rows = done[a:a + n] - (done[f] - step_reads[f]) > 0
+        else:
+            eager_rows = block_reads > 0
+        in_eager[a:a + n] = eager_rows
+        cell += (eager_rows * tab.cells).astype(np.int32)[:, None]
+        stall[a:a + n] = np.take(tab.stall, cell, mode="clip").sum(axis=1)
     bg.advance(2 * steps * layers)  # past both, as the two draws leave it; advance() drops a buffered 32-bit half
     after = bg.state
     after["has_uint32"], after["uinteger"] = state["has_uint32"], state["uinteger"]
     bg.state = after
-    empty = np.zeros(0, dtype=np.int64)
-    at = np.concatenate(where) if where else empty
-    times = tabulated_step_times(p, tab, layers=layers, compute_s=compute, step_reads=step_reads, step_missed=missed,
-                                 at=at, cells_at=np.concatenate(which) if which else empty, eager=False, starts=starts)
+    times = StepTimes(compute, stall, eager_s=np.where(in_eager, p.graph_break_s, 0.0), host_s=np.full(steps, p.host_s),
+                      pcie_reads=step_reads.astype(float), cpu_experts=(missed - step_reads).astype(float),
+                      eager_after=False)
     return times, routed + missed
 
 

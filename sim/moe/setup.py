@@ -129,7 +129,6 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     expert_s: list[float] = []
     specs = step_specs(e, moe, scn.gpus[gpu.type], m)
     positions = 1 + moe.draft.tokens
-    mem_eff = e.step.memory_efficiency if e.step.memory_efficiency is not None else DEFAULTS["memory_efficiency"][0]
     tier_order = np.argsort(-ranked.ravel(), kind="stable")
     for name, peer in e.peers.items():  # each holds at most the experts no faster tier holds
         g = m.gpus[name]
@@ -145,7 +144,7 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
         if peer.expert_s is not None:
             own_s = peer.expert_s
         else:  # the expert's bytes over this card's memory rate
-            own_s = moe.expert_mib * MIB / (mem_eff * scn.gpus[g.type].hbm_gbps * GB)
+            own_s = moe.expert_mib * MIB / (specs.memory_efficiency * scn.gpus[g.type].hbm_gbps * GB)
         if paged[-1]:
             if peer.paging_gbps is None and peer.paging_link_share is None:
                 raise SimulationError(f"machines.{machine}.engine.peers.{name}: {card_mib - used:.0f} MiB left free "

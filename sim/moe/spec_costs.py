@@ -65,6 +65,7 @@ class StepSpecs:
     """Everything the step costs of one engine derive from, and the derivations (all seconds per step or layer)."""
 
     layers: int
+    memory_efficiency: float  # share of a card's memory bandwidth the engine's reads get (any of its cards)
     memory_gbps: float | None  # memory_efficiency x hbm_gbps (GB/s); None: the card's bandwidth is not known
     compute_tflops: float | None  # compute_efficiency x tflops (TFLOP/s)
     layer_s: float
@@ -145,7 +146,8 @@ def step_specs(e: Engine, moe: Moe, card: GpuType, machine: Machine) -> StepSpec
             src.append(Source("cpu_expert_s", cpu, "s", f"derived: {moe.expert_mib:g} MiB at {cpu_eff:.3g} x "
                               f"{dram:g} GB/s host DRAM"))
     fixed = {name: _pick(name, getattr(s, name), src) for name in FIXED}
-    specs = StepSpecs(layers=moe.layers, memory_gbps=memory, compute_tflops=compute, layer_s=layer_s,
+    specs = StepSpecs(layers=moe.layers, memory_efficiency=mem_eff, memory_gbps=memory, compute_tflops=compute,
+                      layer_s=layer_s,
                       dense_bytes=dense_bytes, dense_params=None if dense_bytes is None else dense_bytes * 8 / bits,
                       expert_bytes=expert_bytes, expert_params=expert_bytes * 8 / bits,
                       kv_bytes_per_token=(moe.kv_kib_per_token or 0.0) * 1024, dense_s_given=s.dense_s,

@@ -27,7 +27,14 @@ def _dense() -> EngineKind:
     return DenseEngine()
 
 
-KINDS: dict[str, Callable[[], EngineKind]] = {"moe": _moe, "dense": _dense}  # name -> builds the kind
+def _llamacpp() -> EngineKind:
+    from sim.llamacpp.serve import LlamaCppEngine
+
+    return LlamaCppEngine()
+
+
+# name -> builds the kind
+KINDS: dict[str, Callable[[], EngineKind]] = {"moe": _moe, "dense": _dense, "llamacpp": _llamacpp}
 _BUILT: dict[str, EngineKind] = {}
 
 

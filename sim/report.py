@@ -83,6 +83,17 @@ def run_text(res: RunResult) -> str:
     if res.kind is not None and res.serving is not None:
         lines = res.kind.report_lines(scn, res.serving, res.serve_metrics)
         out += lines[0 if out[-1] else 1:]
+    if res.bench:
+        from sim.llamacpp.report import bench_table, model_size_gib, placement_lines
+
+        st = res.bench_setup
+        b = scn.bench
+        model = scn.machines[b.machine].engine.model
+        out += ([""] if out[-1] else []) + [f"llama-bench on {b.machine} ({model}):"]
+        if st is not None:
+            out += placement_lines(st)
+        size = model_size_gib(st) if st is not None else scn.models[model].weights_gib
+        out += ["", *bench_table(res.bench, model, size)]
     return "\n".join(wrap_all(out)) + "\n"
 
 

@@ -30,6 +30,8 @@ class RunResult:
     serving: ServeRun | None = None
     serve_metrics: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    bench: list[Any] = field(default_factory=list)  # llama-bench tests (sim.llamacpp.bench.BenchRow), when asked
+    bench_setup: Any = None  # the engine the bench section's machine loads (sim.llamacpp.setup.LlamaSetup)
 
     @property
     def engine(self) -> Any:
@@ -61,6 +63,11 @@ def run(scn: Scenario, seed: int) -> RunResult:
     if res.kind is not None:  # its own random stream: adding a serve section leaves the jobs' draws unchanged
         res.serving = res.kind.serve(scn, np.random.default_rng([seed, 1]))
         res.serve_metrics = res.kind.metrics(res.serving)
+    if scn.bench is not None:
+        from sim.llamacpp.bench import largest_setup, run_bench
+
+        res.bench = run_bench(scn)
+        res.bench_setup = largest_setup(scn)
     res.metrics = flat_metrics(res)
     return res
 
@@ -83,6 +90,7 @@ def flat_metrics(res: RunResult) -> dict[str, float]:
     for name in res.scenario.machines:
         m.update(link_metrics(res.scenario, name))
     m.update(res.serve_metrics)
+    m.update(bench_metrics(res.bench))
     done = [j for j in res.jobs if not math.isnan(j.completed_s)]
     m["jobs.count"] = len(res.jobs)
     m["jobs.placed"] = len(done)
@@ -101,6 +109,19 @@ def flat_metrics(res: RunResult) -> dict[str, float]:
             m.update({p + "predicted_s": j.predicted_completion_s, p + "completed_s": j.completed_s,
                       p + "wait_s": j.wait_s, p + "load_s": j.load_s, p + "decode_s": j.decode_s})
     return {k: float(v) for k, v in m.items() if v is not None and math.isfinite(float(v))}
+
+
+def bench_metrics(rows: list) -> dict[str, float]:
+    """llama-bench's rates: ``bench.TEST.tok_s`` per test, ``prefill_tok_s`` and ``decode_tok_s`` of the first pp and
+    tg tests (llama-bench's pp and tg)."""
+    m: dict[str, float] = {}
+    for r in rows:
+        if r.error:
+            continue
+        m[f"bench.{r.test.replace(' @ ', '_')}.tok_s"] = r.tok_s
+        key = "prefill_tok_s" if r.n_prompt else "decode_tok_s"
+        m.setdefault(key, r.tok_s)
+    return m
 
 
 def job_dict(j: JobRecord) -> dict:
@@ -122,6 +143,8 @@ def summary(res: RunResult, scenario_file: str) -> dict:
            "metrics": res.metrics, "jobs": [job_dict(j) for j in res.jobs]}
     if res.kind is not None and res.serving is not None:
         out |= res.kind.summary(res.serving)
+    if res.bench:
+        out["bench"] = [r.as_dict() for r in res.bench]
     return out
 
 
@@ -166,4 +189,8 @@ def tables(res: RunResult) -> dict[str, Table]:
            "jobs": Table(JOBS, jobs), "estimates": Table(ESTIMATES, estimates)}
     if res.kind is not None and res.serving is not None:
         out |= res.kind.tables(res.serving)
+    if res.bench:
+        from sim.llamacpp.bench import BENCH_COLUMNS
+
+        out["bench"] = Table(BENCH_COLUMNS, [r.as_dict() for r in res.bench])
     return out

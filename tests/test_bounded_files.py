@@ -206,11 +206,14 @@ def test_kill_9_of_sim_run_leaves_no_stale_summary(tmp_path):
     """``sim run --out DIR`` into a folder of an earlier run, killed with SIGKILL while it writes: no summary.json
     (the earlier run's is gone) until a run finishes; the next run removes the temporary files left."""
     scenario = os.path.join(ROOT, "scenarios", "azure_conv_5090.yaml")
+    # 3,000 of the trace's requests: a requests table of 1 MB, long enough to be caught writing it (the shipped
+    # 10,000 took 5 s a run)
+    requests = ["--set", "serve.requests=3000"]
     out = tmp_path / "out"
-    assert run_bounded(["run", scenario, "--out", str(out)], timeout_s=120).code == 0
+    assert run_bounded(["run", scenario, *requests, "--out", str(out)], timeout_s=120).code == 0
     env = {**os.environ, "PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "sim", "run", scenario, "--seed", "3", "--out", str(out)],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "sim", "run", scenario, *requests, "--seed", "3", "--out",
+                             str(out)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     writing = False  # a table's temporary file there: the run is writing its tables
     while not writing and proc.poll() is None and time.monotonic() < deadline:
@@ -220,7 +223,7 @@ def test_kill_9_of_sim_run_leaves_no_stale_summary(tmp_path):
     proc.wait()
     if writing and proc.returncode != 0:  # killed while writing its tables (not after it finished)
         assert not (out / "summary.json").exists(), "the earlier run's summary beside this run's tables"
-    assert run_bounded(["run", scenario, "--seed", "3", "--out", str(out)], timeout_s=120).code == 0
+    assert run_bounded(["run", scenario, *requests, "--seed", "3", "--out", str(out)], timeout_s=120).code == 0
     assert (out / "summary.json").exists() and not [n for n in os.listdir(out) if n.endswith(".tmp")]
 
 

@@ -104,7 +104,8 @@ def test_calibrate_recovers_them_from_a_serving_table_and_validate_checks_it(den
     folder, _, _, _, table = dense
     scenario = write_scenario(folder, None, "held.yaml", held=("overhead_s",))
     out = folder / "fit.yaml"
-    r = CliRunner().invoke(main, ["calibrate", scenario, "--table", table, "--max-evals", "60",
+    # 30 Nelder-Mead steps land within 2% of both (60 moved them by under 0.1%, for 6 s more)
+    r = CliRunner().invoke(main, ["calibrate", scenario, "--table", table, "--max-evals", "30",
                                   "--out", str(out)])
     assert r.exit_code == 0, r.output
     fit = yaml.safe_load(out.read_text())

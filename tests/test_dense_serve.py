@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -196,14 +194,20 @@ def test_a_dense_engine_names_what_it_is_missing(over, key):
 
 
 @pytest.mark.slow
-def test_sim_run_serves_the_shipped_dense_scenario():
-    out = subprocess.run([sys.executable, "-m", "sim", "run", "scenarios/a100_llama2_7b.yaml", "--json",
-                          "--set", "serve.requests=300"], cwd=ROOT, capture_output=True, text=True, check=True)
+def test_sim_run_serves_the_shipped_dense_scenario(monkeypatch):
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    monkeypatch.chdir(ROOT)  # the command as run from the project root (in process: a child costs 1 s to start)
+    out = CliRunner().invoke(main, ["run", "scenarios/a100_llama2_7b.yaml", "--json", "--set", "serve.requests=300"])
+    assert out.exit_code == 0, out.output
     m = json.loads(out.stdout)["metrics"]
     assert m["requests_completed"] == 300 and m["kv_pool_tokens"] > 100_000
     assert 0 < m["ttft_p50_s"] < 2 and m["memory_bound_share"] > 0.5
-    text = subprocess.run([sys.executable, "-m", "sim", "run", "scenarios/a100_llama2_7b.yaml",
-                           "--set", "serve.requests=50"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    shown = CliRunner().invoke(main, ["run", "scenarios/a100_llama2_7b.yaml", "--set", "serve.requests=50"])
+    assert shown.exit_code == 0, shown.output
+    text = shown.stdout
     assert "continuous batching" in text and "KV pool" in text
     assert os.path.exists(os.path.join(ROOT, "scenarios", "traces", "arxiv_summarization_lengths.csv"))
 

@@ -335,18 +335,21 @@ def test_the_decode_scatter_in_the_home_lab_is_the_pooled_scatter_of_the_measure
 def test_breakeven_uncertainty_shows_how_unsure_the_break_even_is():
     from sim.calibration.uncertainty import breakeven_with_uncertainty
 
-    u = breakeven_with_uncertainty(HOME_LAB, [], "9B", "mining_box", "rtx4090_box", 60, 0)
+    # 40 draws: the same 5th percentile as 60, a median 2% lower, 5 of them (12.5%) never breaking even (60: 13.3%)
+    u = breakeven_with_uncertainty(HOME_LAB, [], "9B", "mining_box", "rtx4090_box", 40, 0)
     be = u["breakeven_tokens"]
     assert be["p5"] < be["median"] < be["p95"]
     assert be["p5"] < 0.6 * be["median"]  # single samples 13% apart: the break-even is very unsure
     assert 0 < be["never_share"] < 0.5  # in some draws the 4090 decodes faster and wins at every length
     share = u["faster_decoder_share"]
     assert share["mining_box"] + share["rtx4090_box"] == pytest.approx(1.0) and share["mining_box"] > 0.5
-    again = breakeven_with_uncertainty(HOME_LAB, [], "9B", "mining_box", "rtx4090_box", 60, 0)
-    assert again == u  # seeded
     held = breakeven_with_uncertainty(HOME_LAB, ["machines.mining_box.decode_tok_s.9B=146"], "9B", "mining_box",
                                       "rtx4090_box", 10, 0)
     assert held["held"] == ["machines.mining_box.decode_tok_s.9B"]  # a value given with --set is not drawn
+    # seeded: the same call again gives the same summary (checked on the 10-draw run: repeating the 40 draws is 8 s)
+    again = breakeven_with_uncertainty(HOME_LAB, ["machines.mining_box.decode_tok_s.9B=146"], "9B", "mining_box",
+                                       "rtx4090_box", 10, 0)
+    assert again == held
 
 
 @pytest.mark.slow
@@ -358,9 +361,9 @@ def test_breakeven_cli_prints_the_interval_and_json_carries_it():
     from sim.cli import main
 
     args = ["breakeven", HOME_LAB, "--model", "9B", "--machine", "mining_box", "--machine", "rtx4090_box",
-            "--uncertainty", "8"]
+            "--uncertainty", "4"]
     text = CliRunner().invoke(main, args, catch_exceptions=False)
-    assert text.exit_code == 0 and "over 8 draws" in text.output and "90% interval" in text.output
+    assert text.exit_code == 0 and "over 4 draws" in text.output and "90% interval" in text.output
     data = json.loads(CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False).output)
     q = data["uncertainty"]["breakeven_tokens"]
-    assert set(q) == {"median", "p5", "p95", "never_share"} and data["uncertainty"]["draws"] == 8
+    assert set(q) == {"median", "p5", "p95", "never_share"} and data["uncertainty"]["draws"] == 4

@@ -98,7 +98,8 @@ def test_fit_routing_on_a_trace_and_its_errors(tmp_path):
     from sim.moe.routing import RoutingLaw
 
     law = RoutingLaw(layers=4, experts=32, top_k=4, exponent=1.2, locality=0.3)
-    write_csv(tmp_path / "t.csv", sampled_trace(law, np.full(4, 100), np.ones(4), np.random.default_rng(1)))
+    # four prompts of 50 tokens: the fit converges in about 250 evaluations (of 100 tokens: 1,200, most of 13 s)
+    write_csv(tmp_path / "t.csv", sampled_trace(law, np.full(4, 50), np.ones(4), np.random.default_rng(1)))
     out = run_bounded(["fit-routing", "--trace", str(tmp_path / "t.csv"), "--model", "small", "--no-sample",
                        "--out", str(tmp_path / "fit.yaml")], timeout_s=120)
     assert out.code == 0, out.stderr

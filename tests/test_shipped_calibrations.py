@@ -21,6 +21,25 @@ from sim.config.load import read_calibrate
 FILES = ("strata_moe.yaml", "basalt_moe.yaml")
 
 
+class OnceEach(Problem):
+    """A problem that simulates each vector of free values once: the Jacobian starts at the file's own values, whose
+    targets the residual check has just simulated (the same ``--set`` strings: the files keep 6 significant digits),
+    so its first evaluation is the values already at hand (an evaluation runs every experiment: seconds each)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen: dict[tuple[str, ...], dict[str, float]] = {}
+
+    def values(self, sets, targets=None):
+        targets = self.targets if targets is None else targets
+        known = self.seen.get(tuple(sets), {})
+        if all(t.name in known for t in targets):
+            return [known[t.name] for t in targets]
+        out = super().values(sets, targets)
+        self.seen.setdefault(tuple(sets), {}).update({t.name: v for t, v in zip(targets, out, strict=True)})
+        return out
+
+
 def header_command(name: str) -> list[str]:
     with open(os.path.join(CALIBRATION, name), encoding="utf-8") as fh:
         lines = fh.read().splitlines()
@@ -57,7 +76,7 @@ def test_each_shipped_calibration_is_what_the_code_simulates_at_its_values(name,
     assert len(cal_file["log_cov"]) == len(cal.free)
     fixed = held_sets(cal)
     targets, obs = build_problem(scenario, cal, opts.get("--log", []), opts.get("--table", []))
-    problem = Problem(scenario, targets, obs=obs, fixed=fixed, seed=seed, exclude=out)
+    problem = OnceEach(scenario, targets, obs=obs, fixed=fixed, seed=seed, exclude=out)
     values = problem.values([f"{n}={cal_file['parameters'][n]!r}" for n in cal_file["fitted"]])
     recorded = {r["target"]: r for r in cal_file["residuals"]}
     assert set(recorded) == {t.name for t in targets}

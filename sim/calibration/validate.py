@@ -161,10 +161,51 @@ def _run_experiments(targets: list, desc: str):
     return runs
 
 
+def offload_cells(root: str) -> list[Cell]:
+    """The public llama.cpp offload sweeps (calibration/offload_public.csv) at the shipped llama.cpp parameters
+    (sim.llamacpp.params.DEFAULTS, the fit of calibration/llamacpp.yaml): claimed, the median |simulated / measured
+    - 1| of tg and of pp over the setups kept out of the fit, at most 20% and 30% (fits from different starts land
+    at 12-18% and 24-26%: the 15% and 25% aimed for are not reached); reported, the same per setup and for the
+    fit's own rows."""
+    import math
+
+    from sim.calibration.offload_fit import evaluate, read_table
+    from sim.llamacpp.params import CostParams
+
+    table = read_table(root)
+    with progress(1, "offload sweeps", unit="table") as bar:
+        rows = evaluate(table.observations, CostParams.of())
+        bar.update(1)
+    trained = {r["setup"] for r in rows if r["role"] == "fit"}
+    name = "offload_public.csv"
+    cells = []
+
+    def median_cell(label: str, chosen: list[dict], tolerance: float, info: str = "") -> None:
+        errs = [abs(r["error"]) if math.isfinite(r["error"]) else 1.0 for r in chosen]
+        if errs:
+            cells.append(Cell(name, f"{label} ({len(errs)} rows)", 0.0, float(np.median(errs)), tolerance,
+                              kind="share", info=info))
+
+    for test, tol in (("tg", 0.20), ("pp", 0.30)):
+        held = [r for r in rows if r["test"] == test and r["role"] == "check" and r["setup"] not in trained]
+        median_cell(f"held-out setups {test} median |error|", held, tol)
+    for test in ("tg", "pp"):
+        kept = [r for r in rows if r["test"] == test and r["role"] == "check" and r["setup"] in trained]
+        median_cell(f"held-out rows of fitted setups {test} median |error|", kept, 0.25,
+                    "reported: rows of a training setup's table kept out of the fit")
+        median_cell(f"fit rows {test} median |error|", [r for r in rows if r["test"] == test and r["role"] == "fit"],
+                    0.25, "reported: the fit's own residuals (calibration/llamacpp_report.md)")
+        for setup in sorted({r["setup"] for r in rows if r["setup"] not in trained}):
+            median_cell(f"{setup} {test} median |error|", [r for r in rows if r["setup"] == setup and
+                                                          r["test"] == test], 0.25, "reported: one held-out setup")
+    return cells
+
+
 GROUPS = {"loading": loading_cells,
           "strata": lambda root: declared_cells(root, "gen3_5090.yaml"),
           "concurrency": lambda root: declared_cells(root, "gen3_5090_concurrency.yaml"),
-          "basalt": lambda root: declared_cells(root, "basalt_3gpu.yaml")}
+          "basalt": lambda root: declared_cells(root, "basalt_3gpu.yaml"),
+          "offload": offload_cells}
 NOT_CHECKED = {
     "dispatch_machines.csv": "decode rates given to the dispatcher as inputs (scenarios/home_lab.yaml), not outputs",
     "strata_overload.md": "text: checked by tests/test_serving_load.py (32 clients, nothing rejected)",
@@ -190,6 +231,10 @@ CLAIMED: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "concurrency": {
         "strata_concurrency.csv": tuple(f"{n} {q}" for n in (1, 2, 4, 8) for q in ("throughput_tok_s", "ttft_s")),
+    },
+    "offload": {
+        "offload_public.csv": tuple(f"held-out setups {t} median |error| ({n} rows)" for t, n in (("tg", 21),
+                                                                                                  ("pp", 38))),
     },
     "basalt": {
         "basalt_3gpu.csv": ("vram_used_5090", "vram_used_5080", "vram_used_5060ti", "bench_decode"),

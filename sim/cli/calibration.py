@@ -11,6 +11,7 @@ import sys
 import click
 
 from sim.cli.app import calibration_out, fail, main, quiet_option, user_errors, writable_folder
+from sim.core.errors import ScenarioError
 from sim.core.text import plural
 
 
@@ -62,12 +63,23 @@ def fit_loading(scenario: str, tables: tuple[str, ...], out: str | None, as_json
 @click.option("--json", "as_json", is_flag=True, help="Print rows, start-up facts and counts as JSON.")
 @user_errors
 def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
-    """Read engine logs (Basalt, Strata, llama.cpp, vLLM) into a table; a summary by default."""
+    """Read engine logs (Basalt, Strata, llama.cpp, vLLM) into a table; a summary by default. A llama-bench or
+    llama-sweep-bench output (md, csv, json, jsonl) is read as its tests: `sim fit-offload --bench` fits to them."""
     from sim.calibration.logs import ROW_FIELDS, log_sources, read_logs, summary_lines
     from sim.calibration.logs_io import CsvRows, JsonRows
 
     def write(text: str) -> None:
         click.echo(text, nl=False)
+
+    from sim.cli.bench_logs import bench_outputs, print_bench
+
+    benches = bench_outputs(files)
+    if benches:
+        if len(benches) < len(files):
+            raise ScenarioError(next(f for f in files if f not in benches), "", "an engine log among llama-bench "
+                                "outputs: read them with separate `sim logs` commands")
+        print_bench(benches, as_csv, as_json)
+        return
 
     sources = log_sources(files)  # every file checked before anything is written
     if as_json:
@@ -166,7 +178,8 @@ def calibrate(scenario: str | None, scenario_option: str | None, logs: tuple[str
               "tables found in ROOT/calibration/).")
 @click.option("--root", type=click.Path(file_okay=False), default=".", show_default=True,
               help="Project root holding scenarios/ and calibration/.")
-@click.option("--only", "groups", multiple=True, type=click.Choice(["loading", "strata", "concurrency", "basalt"]),
+@click.option("--only", "groups", multiple=True,
+              type=click.Choice(["loading", "strata", "concurrency", "basalt", "offload"]),
               help="Check only these groups of the shipped tables (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the cells as JSON.")
 @quiet_option

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -17,7 +17,8 @@ class Strict(BaseModel):
     @classmethod
     def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         """YAML reads yes/no/true as booleans; a boolean where a number is expected is a mistake, not 1 or 0."""
-        if isinstance(value, bool) and cls.model_fields[info.field_name].annotation is not bool:
+        annotation = cls.model_fields[info.field_name].annotation
+        if isinstance(value, bool) and annotation is not bool and bool not in get_args(annotation):
             raise ValueError(f"expected a number or text, not the boolean {value}")
         return value
 

@@ -26,7 +26,7 @@ def cross_reference_errors(s: Scenario) -> list[Problem]:
     errs = _names(s) + _models(s) + _loading(s) + _disks(s)
     for name, m in s.machines.items():
         errs += _machine(s, name, m)
-    return errs + _jobs(s) + _dispatch(s) + _serve(s) + _report(s)
+    return errs + _jobs(s) + _dispatch(s) + _serve(s) + _bench(s) + _report(s)
 
 
 def _need(path: str, value: str, pool: dict, what: str) -> list[Problem]:
@@ -251,7 +251,37 @@ def _dense_engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
     return errs
 
 
-ENGINE_CHECKS = {"moe": _moe_engine, "dense": _dense_engine}  # what each kind of engine needs of its section
+def _llamacpp_engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
+    """A llama.cpp engine reads its model's tensors from a file and runs on the host's CPU and the machine's
+    cards: a model file, the host's DRAM bandwidth and cores, every card's memory bandwidth, -ts per card."""
+    errs: list[Problem] = []
+    spec = s.models.get(e.model)
+    lc = e.llamacpp
+    assert lc is not None
+    if spec is not None and spec.file is None:
+        errs.append((f"models.{e.model}.file", None, "missing: a llama.cpp engine reads its model's tensors from a "
+                     "config.json (with quant) or a .gguf file"))
+    mp = p.rsplit(".engine", 1)[0]
+    host = m.host
+    if host is None or host.paper_gbps is None:
+        errs.append((f"{mp}.host", None, "missing: a host type (sim catalog --kind hosts), or dram_gbps, or "
+                     "channels and mt_s: the CPU reads its weights at the DRAM bandwidth"))
+    elif host.cores is None and lc.threads is None:
+        errs.append((f"{mp}.host.cores", None, "missing: the CPU's cores (or engine.llamacpp.threads)"))
+    for key, g in m.gpus.items():
+        card = s.gpus.get(g.type)
+        if card is not None and card.hbm_gbps is None:
+            errs.append((f"gpus.{g.type}.hbm_gbps", None, f"missing: the memory bandwidth (GB/s) of {key}'s card"))
+    if lc.tensor_split is not None and len(lc.tensor_split) != len(m.gpus):
+        errs.append((f"{p}.llamacpp.tensor_split", lc.tensor_split, f"one share per GPU of the machine "
+                     f"({len(m.gpus)})"))
+    if lc.tensor_split is not None and (any(x < 0 for x in lc.tensor_split) or sum(lc.tensor_split) <= 0):
+        errs.append((f"{p}.llamacpp.tensor_split", lc.tensor_split, "non-negative shares, not all zero"))
+    return errs
+
+
+# what each kind of engine needs of its section
+ENGINE_CHECKS = {"moe": _moe_engine, "dense": _dense_engine, "llamacpp": _llamacpp_engine}
 
 
 def _jobs(s: Scenario) -> list[Problem]:
@@ -299,6 +329,24 @@ def _serve(s: Scenario) -> list[Problem]:
     if sv.output_tokens_max < sv.output_tokens_min:
         errs.append(("serve.output_tokens_max", sv.output_tokens_max, "at least output_tokens_min"))
     return errs + _work(s)
+
+
+def _bench(s: Scenario) -> list[Problem]:
+    """A llama-bench run names a machine with a llama.cpp engine and sensible lengths."""
+    b = s.bench
+    if b is None:
+        return []
+    errs = _need("bench.machine", b.machine, s.machines, "a machine")
+    machine = s.machines.get(b.machine)
+    if machine is not None and (machine.engine is None or machine.engine.llamacpp is None):
+        errs.append(("bench.machine", b.machine, "a machine whose engine has a 'llamacpp' section"))
+    for key in ("n_prompt", "n_gen", "n_depth"):
+        values = getattr(b, key)
+        if any(v < 0 or v > 10_000_000 for v in values):
+            errs.append((f"bench.{key}", values, "token counts from 0 to 10,000,000"))
+    if not any(b.n_prompt) and not any(b.n_gen):
+        errs.append(("bench.n_prompt", b.n_prompt, "at least one test: a prompt or a generated length above 0"))
+    return errs
 
 
 def _work(s: Scenario) -> list[Problem]:

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat
 
 from sim.config.base import MAX_GBPS, MAX_GIB, MAX_MIB, MAX_TOK_S, MIN_FRACTION, MIN_GBPS, MIN_TOK_S, Strict
+from sim.config.llamacpp import LlamaCpp
 
 
 class StepCost(Strict):
@@ -189,3 +190,6 @@ class Engine(Strict):
     iteration: Iteration | None = Field(
         None, description="A dense model's iteration cost (continuous batching of up to `parallel` sequences).")
     power: Power | None = None
+    llamacpp: LlamaCpp | None = Field(
+        None, description="llama.cpp's placement and buffers (sim.llamacpp): the engine is llama.cpp, the "
+        "sections above do not apply.")

@@ -90,6 +90,9 @@ class Host(Strict):
     cores: int | None = Field(None, ge=1, le=1024, description="CPU cores.")
     threads: int | None = Field(None, ge=1, le=2048, description="Hardware threads.")
     ram_gib: float | None = Field(None, gt=0, le=MAX_GIB, description="Host RAM installed (GiB).")
+    os: Literal["linux", "windows", "macos"] = Field(
+        "linux", description="Operating system: under Windows the NVIDIA driver backs VRAM allocations beyond the "
+        "card with shared system memory (sysmem fallback) and the desktop keeps some VRAM.")
     name: str = ""
     source: str = ""
     note: str = ""

@@ -14,6 +14,7 @@ from pydantic import Field, PrivateAttr
 from sim.config.base import Strict
 from sim.config.calibrate import Calibrate, InputSpread
 from sim.config.engine import Engine
+from sim.config.llamacpp import Bench
 from sim.config.machines import Disk, GpuType, LoadingConfig, Machine, Pcie
 from sim.config.models import ModelSpec
 from sim.config.serve import Serve
@@ -63,6 +64,7 @@ class Scenario(Strict):
     dispatch: Dispatch = Dispatch()
     jobs: dict[str, Job] = Field(default_factory=dict)
     serve: Serve | None = None
+    bench: Bench | None = Field(None, description="A llama-bench run on a machine's llama.cpp engine.")
     calibrate: Calibrate = Calibrate()
     uncertainty: dict[str, InputSpread] = Field(
         default_factory=dict, description="dotted.path -> the scatter of a measured input value (a single-sample "
@@ -74,13 +76,16 @@ class Scenario(Strict):
     _defaults: tuple[str, ...] = PrivateAttr(default=())  # dotted paths the catalog and model files filled
 
 
-EngineName = Literal["moe", "dense"]  # the engine kinds sim.engines registers
+EngineName = Literal["moe", "dense", "llamacpp"]  # the engine kinds sim.engines registers
 
 
 def engine_kind(s: Scenario, e: Engine) -> EngineName | None:
     """Which engine serves ``e``'s model: ``moe`` (an expert cache, sim.moe) for a model with an ``moe`` section,
     ``dense`` (continuous batching, sim.dense) for one with a ``dense`` section; None when the model names neither
-    or both (a scenario check reports it)."""
+    or both (a scenario check reports it); ``llamacpp`` (sim.llamacpp) for an engine with a ``llamacpp`` section,
+    whatever its model."""
+    if e.llamacpp is not None:
+        return "llamacpp"
     spec = s.models.get(e.model)
     if spec is None or (spec.moe is None) == (spec.dense is None):
         return None

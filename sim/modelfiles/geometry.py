@@ -58,6 +58,11 @@ class ModelGeometry:
     embedding_params: int = 0  # the input token embedding table (vocab x hidden), inside dense_params
     attention_layers: int = 0  # layers keeping a per-token KV cache (counted in kv_bytes_per_token)
     notes: tuple[str, ...] = field(default=())  # approximations made, one sentence each
+    # bytes by role, inside dense_bytes (0: not known, the engine spreads dense_bytes over the blocks)
+    embedding_bytes: float = 0.0  # the input token embedding table (bytes)
+    output_bytes: float = 0.0  # the output head; when tied to the embeddings, a copy of them (bytes)
+    attention_bytes: float = 0.0  # attention mixers and block norms, all layers (bytes)
+    ffn_bytes: float = 0.0  # dense FFNs, shared experts and routers, all layers (bytes)
 
     @property
     def is_moe(self) -> bool:
@@ -94,6 +99,8 @@ def assemble(*, architecture: str, source: str, counts: Counts, layers: int, moe
     dense = counts.dense()
     embed = counts.embedding + counts.output_head
     dense_bytes = (dense - embed) * quant.dense_bits / 8 + embed * quant.embedding_bits / 8
+    embedding_bytes = counts.embedding * quant.embedding_bits / 8
+    output_bytes = (counts.output_head or counts.embedding) * quant.embedding_bits / 8
     expert_bytes = counts.expert * quant.experts_bits / 8
     routed = counts.expert * experts * moe_layers
     all_notes = [n for n in (*notes, quant.note) if n]
@@ -107,7 +114,10 @@ def assemble(*, architecture: str, source: str, counts: Counts, layers: int, moe
         bits_per_weight_dense=8 * dense_bytes / dense if dense else 0.0,
         expert_bytes=expert_bytes if experts else 0.0, dense_bytes=dense_bytes,
         weights_bytes=dense_bytes + expert_bytes * experts * moe_layers, source=source, quant=quant.name,
-        embedding_params=counts.embedding, attention_layers=attention_layers, notes=tuple(all_notes))
+        embedding_params=counts.embedding, attention_layers=attention_layers, notes=tuple(all_notes),
+        embedding_bytes=embedding_bytes, output_bytes=output_bytes,
+        attention_bytes=(counts.attention + counts.norms) * quant.dense_bits / 8,
+        ffn_bytes=(counts.dense_ffn + counts.shared + counts.routers) * quant.dense_bits / 8)
 
 
 def gqa_kv_bytes(layers: int, kv_heads: int, key_dim: int, value_dim: int, value_bytes: float) -> float:

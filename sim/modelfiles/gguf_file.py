@@ -143,6 +143,7 @@ def read_gguf(path: str, kv_type: str = "f16") -> ModelGeometry:
     expert_types: Counter[str] = Counter()
     dense_types: Counter[str] = Counter()
     vocab, shared = 0, False
+    roles = {"embedding": 0, "output": 0, "attention": 0, "ffn": 0}
     for t in tensors:
         block = BLOCK_TENSOR.match(t.name)
         if block and int(block.group(1)) >= layers:
@@ -161,6 +162,7 @@ def read_gguf(path: str, kv_type: str = "f16") -> ModelGeometry:
             dense_elems += int(t.n_elements)
             dense_bytes += int(t.n_bytes)
             dense_types[t.tensor_type.name] += int(t.n_bytes)
+            roles[_role(t.name)] += int(t.n_bytes)
     if not vocab:  # no token_embd tensor: the metadata's count
         vocab = head.int(llm.VOCAB_SIZE)
 
@@ -199,7 +201,19 @@ def read_gguf(path: str, kv_type: str = "f16") -> ModelGeometry:
         bits_per_weight_experts=8 * expert_bytes / expert_elems if expert_elems else 0.0,
         bits_per_weight_dense=8 * dense_bytes / dense_elems if dense_elems else 0.0, expert_bytes=expert_one,
         dense_bytes=float(dense_bytes), weights_bytes=float(dense_bytes + expert_bytes), source=path, quant=quant,
-        embedding_params=vocab * hidden, attention_layers=len(attention), notes=tuple(notes))
+        embedding_params=vocab * hidden, attention_layers=len(attention), notes=tuple(notes),
+        embedding_bytes=float(roles["embedding"]), output_bytes=float(roles["output"] or roles["embedding"]),
+        attention_bytes=float(roles["attention"]), ffn_bytes=float(roles["ffn"]))
+
+
+def _role(name: str) -> str:
+    """What a tensor outside the routed experts is, by its GGUF name: the token embedding, the output head (and
+    final norm), a block's FFN part (dense FFN, shared expert, router) or its attention part (everything else)."""
+    if name.startswith("token_embd."):
+        return "embedding"
+    if not BLOCK_TENSOR.match(name):
+        return "output"
+    return "ffn" if re.match(r"^blk\.\d+\.ffn_(?!norm)", name) else "attention"
 
 
 def _open(path: str, gguf: Any) -> Any:

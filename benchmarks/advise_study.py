@@ -1,0 +1,112 @@
+"""``sim advise`` studied: its advice for the public setups against their best measured placement, and its time on
+three catalog machines (an 8 GB, a 16 GB and a 24 GB card) with a 30B-A3B and a 120B-class MoE.
+
+    python benchmarks/advise_study.py --out docs/advise_study.md
+
+For each public sweep of one machine and model over ``--n-cpu-moe`` or ``-ngl`` (calibration/offload_public.csv),
+advise searches exactly the placements the sweep measured (the other flags as the sweep ran them) and its pick is
+compared with the sweep's best: the measured rate of the placement advise picks, against the best measured rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from sim.calibration.offload_fit import predict, read_table  # noqa: E402
+from sim.llamacpp.advise import advise  # noqa: E402
+from sim.llamacpp.machine import MachineSpec, build_scenario, scenario_dict  # noqa: E402
+from sim.llamacpp.params import BAND  # noqa: E402
+
+SWEEPS = {  # source_id -> the flag it varies
+    "BV-q3-grid": "n_cpu_moe", "BV-q3-grid-refine": "n_cpu_moe", "BV-gptoss-grid": "n_cpu_moe",
+    "BV-q3-ngl-sweep": "n_gpu_layers",
+}
+MACHINES = (("8 GB", "rtx3070ti", "ryzen5_5600x", 64), ("16 GB", "rtx4060ti_16gb", "ryzen7_9700x", 64),
+            ("24 GB", "rtx4090", "ryzen9_7950x", 96))
+MODELS = (("Qwen3-30B-A3B Q4_K_M", "calibration/models/qwen3-30b-a3b.json", "Q4_K_M"),
+          ("gpt-oss-120b MXFP4", "calibration/models/gpt-oss-120b.json", "MXFP4_MOE"))
+
+
+def public_sweeps() -> list[str]:
+    table = read_table(ROOT)
+    lines = ["## Advice for the public sweeps", "",
+             "Per sweep (one machine, one model, llama.cpp mainline; the rows of `calibration/offload_public.csv`): "
+             "the placement `sim advise` ranks first among the ones the sweep measured (as advise does, one that spills "
+             "into shared memory only if all do), its measured tg, and the sweep's best measured placement. "
+             "Repeated placements: the median of their rows.", "",
+             "| sweep | role | flag | advised | predicted tg | measured tg there | best measured | best tg | "
+             "advised / best |", "|---|---|---|---|---|---|---|---|---|"]
+    for source, flag in SWEEPS.items():
+        obs = [o for o in table.observations if o.source == source and o.test == "tg"
+               and o.settings.build == "llama.cpp"]
+        by: dict[int, list] = {}
+        for o in obs:
+            by.setdefault(getattr(o.settings, flag), []).append(o)
+        measured = {k: sorted(x.measured for x in v)[len(v) // 2] for k, v in by.items()}
+        predicted = {k: predict(v[0], table_params()) for k, v in by.items()}
+        fits = {k for k, v in by.items() if not spills(v[0])}  # advise's rule: shared memory only when nothing fits
+        pick = max(fits or predicted, key=lambda k: predicted[k])
+        best = max(measured, key=lambda k: measured[k])
+        lines.append(f"| {source} | {obs[0].role} | {flag} | {pick} | {predicted[pick]:.1f} | {measured[pick]:.1f} | "
+                     f"{best} | {measured[best]:.1f} | {measured[pick] / measured[best]:.0%} |")
+    return lines
+
+
+def spills(o) -> bool:
+    """Whether the observation's placement puts weights in shared system memory."""
+    from sim.llamacpp.bench import bench_setup
+
+    st = bench_setup(o.scenario, "m", o.settings, o.tokens + o.depth)
+    return any(m.excess > 0 for m in st.memory)
+
+
+def table_params():
+    from sim.llamacpp.params import CostParams
+
+    return CostParams.of()
+
+
+def catalog_machines() -> list[str]:
+    lines = ["", "## Three catalog machines, two models", "",
+             "`sim advise --model M --quant Q --gpu G --host H --ram-gib R` (Linux, the card's own PCIe generation, "
+             "-c 8192, pp512 / tg128; the first of each goal). Seconds: the whole search.", "",
+             "| machine | model | placements | load | seconds | best tg | its flags | best pp | its flags |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for label, gpu, host, ram in MACHINES:
+        for name, path, quant in MODELS:
+            spec = MachineSpec(gpu, host, host_fields={"ram_gib": ram})
+            scn = build_scenario(scenario_dict(spec, os.path.join(ROOT, path), quant, {}), "study")
+            start = time.perf_counter()
+            adv = advise(scn, "box", band=BAND)
+            seconds = time.perf_counter() - start
+            if not adv.candidates:
+                lines.append(f"| {label} {gpu} + {host} ({ram} GB) | {name} | {len(adv.rejected)} | 0 | "
+                             f"{seconds:.1f} | - | none loads | - | - |")
+                continue
+            tg, pp = adv.best("tg", 1)[0], adv.best("pp", 1)[0]
+            lines.append(f"| {label} {gpu} + {host} ({ram} GB) | {name} | {len(adv.candidates) + len(adv.rejected)} "
+                         f"| {len(adv.candidates)} | {seconds:.1f} | {tg.tg_tok_s:.1f} | `{tg.flags()}` | "
+                         f"{pp.pp_tok_s:.0f} | `{pp.flags()}` |")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="Write the markdown here (default: print it).")
+    args = ap.parse_args()
+    text = "\n".join(["# `sim advise` study", "", "Written by `python benchmarks/advise_study.py`.", "",
+                      *public_sweeps(), *catalog_machines()]) + "\n"
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text)
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()

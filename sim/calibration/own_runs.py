@@ -1,0 +1,127 @@
+"""A user's own llama-bench runs: read them (any output format, :mod:`sim.llamacpp.bench_output`), set each one's
+flags on the scenario's llama.cpp engine, and fit the few cost parameters they say something about.
+
+The fit is the public one (:mod:`sim.calibration.offload_fit`) moved by the user's runs: it minimises the squared
+log errors of the runs plus, per parameter, ``(log(value / default) / PRIOR_LOG_SD)^2``, so two runs move the
+parameters they inform a little and leave the others at the public fit; many runs move them as far as they need.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.config.llamacpp import LlamaCpp
+from sim.config.scenario import Scenario
+from sim.core.errors import ScenarioError, SimulationError
+from sim.llamacpp.bench import bench_setup
+from sim.llamacpp.bench_output import BenchRuns, read_bench_output
+from sim.llamacpp.params import CostParams
+
+MAX_BYTES = 50_000_000
+PRIOR_LOG_SD = 0.5  # how far (in log) a parameter may move from the public fit before the prior holds it back
+OWN_FITTED = ("cpu_memory_efficiency", "gpu_memory_efficiency", "gpu_compute_efficiency", "link_share", "split_s")
+
+
+def read_bench_file(path: str) -> BenchRuns:
+    """The llama-bench (or sweep-bench) output in ``path``; a one-line ScenarioError when it cannot be read."""
+    from sim.calibration.logs_io import check_text_file
+
+    check_text_file(path)
+    if os.path.getsize(path) > MAX_BYTES:
+        raise ScenarioError(path, "", f"{os.path.getsize(path):,} bytes: expected a llama-bench output of at most "
+                            f"{MAX_BYTES:,} bytes")
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return read_bench_output(fh.read(), path)
+
+
+def is_bench_output(runs: BenchRuns) -> bool:
+    """Whether a text is a llama-bench output (its records outnumber its other lines) rather than an engine log."""
+    return bool(runs.records) and len(runs.records) >= len(runs.skipped) / 4
+
+
+@dataclass(frozen=True)
+class OwnRun:
+    """One measured test with the flags it ran with."""
+
+    line: int
+    test: str  # pp | tg
+    tokens: int
+    depth: int
+    measured: float
+    settings: LlamaCpp
+
+
+def own_runs(runs: BenchRuns, base: LlamaCpp) -> tuple[list[OwnRun], list[str]]:
+    """Each pp or tg record on ``base`` with the record's own flags; and one note per record left out."""
+    out, notes = [], []
+    for r in runs.records:
+        if r.n_prompt and r.n_gen:
+            notes.append(f"line {r.line}: {r.test}: a pp+tg test (left out; pp and tg tests are fitted)")
+            continue
+        if not math.isfinite(r.avg_ts) or r.avg_ts <= 0:
+            notes.append(f"line {r.line}: {r.test}: no rate")
+            continue
+        update: dict = {}
+        for field_name, key in (("n_gpu_layers", "n_gpu_layers"), ("n_cpu_moe", "n_cpu_moe"),
+                                ("n_ubatch", "ubatch_size"), ("n_batch", "batch_size"), ("n_threads", "threads"),
+                                ("type_k", "cache_type_k"), ("type_v", "cache_type_v")):
+            value = getattr(r, field_name)
+            if value is not None:
+                update[key] = max(value, 0) if isinstance(value, int) else value
+        if r.flash_attn is not None:
+            update["flash_attn"] = r.flash_attn
+        if r.use_mmap is not None:
+            update["mmap"] = r.use_mmap
+        if r.tensor_buft_overrides and r.tensor_buft_overrides != "none":
+            update["override_tensor"] = [x for x in r.tensor_buft_overrides.split(";") if x]
+        try:
+            settings = LlamaCpp(**(base.model_dump() | update))
+        except Exception as exc:  # noqa: BLE001 - one record's bad value, said in one line
+            notes.append(f"line {r.line}: {r.test}: {str(exc).splitlines()[-1]}")
+            continue
+        test, tokens = ("pp", r.n_prompt) if r.n_prompt else ("tg", r.n_gen)
+        out.append(OwnRun(r.line, test, tokens, r.n_depth, r.avg_ts, settings))
+    return out, notes
+
+
+def simulate(scn: Scenario, machine: str, run: OwnRun, params: CostParams) -> float:
+    """The simulated tok/s of one run (nan: it does not load)."""
+    try:
+        st = bench_setup(scn, machine, run.settings, run.tokens + run.depth, params)
+    except SimulationError:
+        return float("nan")
+    e, s = st.engine, run.settings
+    seconds = e.prompt_s(run.tokens, run.depth, min(s.ubatch_size, s.batch_size)) if run.test == "pp" else \
+        e.generate_s(run.tokens, run.depth)
+    return run.tokens / seconds
+
+
+def fit_own(scn: Scenario, machine: str, runs: list[OwnRun], start: CostParams | None = None
+            ) -> tuple[CostParams, list[str]]:
+    """The parameters of ``OWN_FITTED`` the runs move (module docstring); and the names it fitted."""
+    from scipy.optimize import least_squares
+
+    start = start or CostParams.of(scn.machines[machine].engine.llamacpp.costs)
+    names = list(OWN_FITTED)
+    if not any(r.test == "pp" for r in runs):
+        names = [n for n in names if n not in ("gpu_compute_efficiency", "link_share")]
+    x0 = np.log([max(getattr(start, n), 1e-9) for n in names])
+
+    def residuals(z: np.ndarray) -> np.ndarray:
+        values = {n: float(math.exp(v)) for n, v in zip(names, z, strict=True)}
+        values = {n: min(v, 1.0) if n.endswith(("efficiency", "share")) else v for n, v in values.items()}
+        p = start.with_values(**values)
+        errs = []
+        for r in runs:
+            sim = simulate(scn, machine, r, p)
+            errs.append(math.log(sim / r.measured) if sim > 0 and math.isfinite(sim) else 1.5)
+        return np.concatenate([errs, (z - x0) / PRIOR_LOG_SD])
+
+    res = least_squares(residuals, x0, max_nfev=60, diff_step=1e-3)
+    values = {n: float(f"{min(math.exp(v), 1.0) if n.endswith(('efficiency', 'share')) else math.exp(v):.6g}")
+              for n, v in zip(names, res.x, strict=True)}
+    return start.with_values(**values), names

@@ -1,0 +1,392 @@
+"""``sim advise`` (the best llama.cpp placements of a model on a machine), ``sim fit-offload`` (the llama.cpp
+engine's cost parameters from public offload sweeps) and ``sim llama`` (a scenario from a pasted llama.cpp command
+line)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import click
+
+from sim.cli.app import fail, main, user_errors
+from sim.core.errors import ScenarioError
+
+MACHINE_OPTIONS = [
+    click.option("--model", "model_file", type=click.Path(dir_okay=True), help="A config.json (with --quant) or a "
+                 ".gguf file; default: the scenario's model."),
+    click.option("--quant", default=None, help="Quantization of a config.json model (Q4_K_M, MXFP4_MOE, ...)."),
+    click.option("--model-gib", type=float, default=None, help="The GGUF file's size (GiB): tensors scaled to it."),
+    click.option("--gpu", default=None, help="Catalog GPU type (sim catalog), e.g. rtx4060ti_16gb."),
+    click.option("--gpus", type=int, default=1, show_default=True, help="How many of that card."),
+    click.option("--host", default=None, help="Catalog host (sim catalog --kind hosts), e.g. ryzen7_9700x."),
+    click.option("--ram-gib", type=float, default=None, help="Host RAM installed (GiB): placements needing more "
+                 "are left out."),
+    click.option("--os", "os_name", type=click.Choice(["linux", "windows"]), default="linux", show_default=True,
+                 help="windows: WDDM keeps VRAM for the desktop and falls back to shared memory."),
+    click.option("--slot-gen", type=int, default=None, help="PCIe generation of the slot (default: the card's)."),
+    click.option("--slot-lanes", type=int, default=16, show_default=True, help="PCIe lanes of the slot."),
+    click.option("--reserved-gib", type=float, default=0.0, help="VRAM other processes hold on each card (GiB)."),
+]
+
+
+def machine_options(fn):
+    for option in reversed(MACHINE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name, slot_gen,
+                      slot_lanes, reserved_gib, settings: dict | None = None, bench: dict | None = None):
+    """(scenario, machine name): the scenario file's llama.cpp machine, or one built from the options."""
+    from sim.llamacpp.machine import MachineSpec, build_scenario, scenario_dict
+
+    if scenario is not None:
+        from sim.config.load import load_scenario
+
+        scn, _ = load_scenario(scenario)
+        names = [n for n, m in scn.machines.items() if m.engine is not None and m.engine.llamacpp is not None]
+        if not names:
+            raise ScenarioError(scenario, "machines", "no machine with an engine.llamacpp section")
+        return scn, names[0]
+    missing = [flag for flag, v in (("--model", model_file), ("--gpu", gpu), ("--host", host)) if v is None]
+    if missing:
+        raise ScenarioError("command line", missing[0], "missing: give a scenario, or --model, --gpu and --host")
+    spec = MachineSpec(gpu, host, gpus=gpus, slot_gen=slot_gen, slot_lanes=slot_lanes, os=os_name,
+                       reserved_gib=reserved_gib, host_fields={"ram_gib": ram_gib} if ram_gib else {})
+    raw = scenario_dict(spec, model_file, quant, settings or {}, model_gib, bench=bench)
+    return build_scenario(raw, "command line"), "box"
+
+
+def _anchor(text: str | None, base) -> dict:
+    """``--anchor 'n_cpu_moe=30,ubatch_size=512:tg=25.3,pp=150'``: the placement a user measured and its rates."""
+    if not text:
+        return {}
+    from sim.config.llamacpp import LlamaCpp
+
+    place, sep, rates = text.partition(":")
+    if not sep:
+        raise ScenarioError("--anchor", text, "expected 'KEY=VALUE,...:tg=RATE,pp=RATE' (llama.cpp keys, tok/s)")
+    fields = {}
+    for item in filter(None, place.split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in LlamaCpp.model_fields:
+            raise ScenarioError("--anchor", key, "expected an engine.llamacpp key (n_cpu_moe, n_gpu_layers, ...)")
+        fields[key.strip()] = value.strip()
+    try:
+        settings = base.model_copy(update={}) if not fields else LlamaCpp(**(base.model_dump() | fields))
+    except Exception as exc:  # noqa: BLE001 - a bad value, said in one line
+        raise ScenarioError("--anchor", place, str(exc).splitlines()[-1]) from None
+    out = {}
+    for item in filter(None, rates.split(",")):
+        test, _, value = item.partition("=")
+        if test.strip() not in ("tg", "pp"):
+            raise ScenarioError("--anchor", test, "expected tg=RATE or pp=RATE (tok/s)")
+        try:
+            out[test.strip()] = (settings, float(value))
+        except ValueError:
+            raise ScenarioError("--anchor", value, "expected a rate (tok/s)") from None
+    return out
+
+
+def _bands():
+    """The 90% bands (measured / simulated) of calibration/llamacpp.yaml shipped with the package."""
+    from sim.llamacpp.params import BAND, BAND_WITHIN
+
+    return BAND, BAND_WITHIN
+
+
+def advice_lines(adv, what: dict, top: int) -> list[str]:
+    from sim.cli.llamacpp_text import advice_text
+
+    return advice_text(adv, what, top)
+
+
+@main.command()
+@click.argument("scenario", required=False, type=click.Path(exists=True, dir_okay=False))
+@machine_options
+@click.option("--prompt", "n_prompt", type=int, default=512, show_default=True, help="Prompt tokens (pp test).")
+@click.option("--gen", "n_gen", type=int, default=128, show_default=True, help="Generated tokens (tg test).")
+@click.option("--depth", type=int, default=0, show_default=True, help="Context already in the KV cache (tokens).")
+@click.option("--ctx", type=int, default=8192, show_default=True, help="-c: KV cells to allocate (tokens).")
+@click.option("--parallel", "parallel", default="1", show_default=True, help="-np values to search, e.g. 1,2,4.")
+@click.option("--ubatch", "ubatches", default="512,1024,2048", show_default=True, help="-ub values to search.")
+@click.option("--kv", "kv_types", default="f16,q8_0", show_default=True, help="KV cache types to search.")
+@click.option("--anchor", default=None, help="A run you measured: 'n_cpu_moe=30:tg=25.3,pp=150' (the placement's "
+              "keys, then tok/s): predictions scale to it and the band narrows.")
+@click.option("--margin-gib", type=float, default=0.5, show_default=True, help="VRAM a placement must leave free "
+              "on every card (GiB).")
+@click.option("--top", type=int, default=3, show_default=True, help="How many placements per goal.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@user_errors
+def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name, slot_gen, slot_lanes,
+           reserved_gib,
+           n_prompt, n_gen, depth, ctx, parallel, ubatches, kv_types, anchor, margin_gib, top, as_json):
+    """The best llama.cpp placements (--n-cpu-moe, -ngl, -ub, KV type, -np) of a model on a machine, for decode,
+    for prefill and for a request of --prompt + --gen tokens: predicted tok/s with a 90% band, VRAM and RAM, and
+    the flags to paste. The machine comes from SCENARIO (its llama.cpp engine) or from --model, --gpu, --host."""
+    from sim.llamacpp.advise import advise as search
+
+    def ints(text: str, flag: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise ScenarioError(flag, text, "expected comma-separated whole numbers") from None
+        if not values or min(values) < 1:
+            raise ScenarioError(flag, text, "expected whole numbers of at least 1")
+        return values
+
+    kvs = tuple(x.strip() for x in kv_types.split(",") if x.strip())
+    from sim.llamacpp.memory import KV_TYPE_BYTES
+
+    bad = [k for k in kvs if k not in KV_TYPE_BYTES]
+    if bad or not kvs:
+        raise ScenarioError("--kv", kv_types, f"expected KV types among {', '.join(KV_TYPE_BYTES)}")
+    for flag, v in (("--prompt", n_prompt), ("--gen", n_gen), ("--depth", depth)):
+        if v < 0:
+            raise ScenarioError(flag, str(v), "expected tokens, 0 or more")
+    if ctx < 1:
+        raise ScenarioError("--ctx", str(ctx), "expected at least 1 token")
+    start = time.perf_counter()
+    scn, machine = _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name,
+                                     slot_gen, slot_lanes, reserved_gib)
+    base = scn.machines[machine].engine.llamacpp
+    band, within = _bands()
+    adv = search(scn, machine, n_prompt=n_prompt, n_gen=n_gen, depth=depth, ctx=ctx, anchor=_anchor(anchor, base),
+                 ubatches=ints(ubatches, "--ubatch"), kv_types=kvs, parallel=ints(parallel, "--parallel"),
+                 band=band, band_within=within, margin_gib=margin_gib)
+    if not adv.candidates:
+        first = next(iter(adv.rejected.values()), "no placement searched")
+        fail(f"no placement of the model loads on this machine ({len(adv.rejected)} tried); the first: {first}", 1)
+    what = {"scenario": scn, "machine": machine, "n_prompt": n_prompt, "n_gen": n_gen, "depth": depth, "ctx": ctx,
+            "seconds": time.perf_counter() - start}
+    if as_json:
+        from sim.cli.llamacpp_text import advice_json
+
+        click.echo(json.dumps(advice_json(adv, what, top), indent=2, allow_nan=False))
+        return
+    click.echo("\n".join(advice_lines(adv, what, top)))
+
+
+@main.command("fit-offload")
+@click.option("--root", default=".", show_default=True, type=click.Path(file_okay=False),
+              help="The project folder holding calibration/offload_public.csv and offload_setups.yaml.")
+@click.option("--out", "-o", "out", default=None,
+              help="The fitted parameters (YAML); default calibration/llamacpp.yaml, or with --bench "
+              "calibration/<scenario>_llamacpp.yaml. The public fit's residual report goes beside it.")
+@click.option("--bench", "bench_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Your own llama-bench output (md, csv, json, jsonl, sweep-bench; repeatable): fit --scenario's "
+              "engine to it instead of the public sweeps.")
+@click.option("--scenario", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="With --bench: the scenario of the machine the runs come from (its llama.cpp engine).")
+@click.option("--max-evaluations", type=int, default=400, show_default=True,
+              help="Cost evaluations at most, per start.")
+@click.option("--starts", type=int, default=3, show_default=True, help="Searches from different starts (seeded): "
+              "the lowest training loss wins.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the other starts.")
+@user_errors
+def fit_offload(root, out, bench_files, scenario, max_evaluations, starts, seed):
+    """Fit the llama.cpp engine's shared cost parameters to the public offload sweeps (calibration/
+    offload_public.csv): the setups and rows kept out of the fit are reported as a check, never fitted. With
+    --bench and --scenario: fit your machine's engine to your own llama-bench runs; the scenario reads the result
+    back when you add the file to its `calibrations:`."""
+    if bench_files or scenario:
+        if not (bench_files and scenario):
+            raise ScenarioError("command line", "--bench" if scenario else "--scenario",
+                                "missing: --bench FILE and --scenario SCENARIO go together")
+        return _fit_own(scenario, bench_files, out)
+    out = out or "calibration/llamacpp.yaml"
+    import yaml
+
+    from sim.calibration.offload_fit import fit, read_table, report_markdown, result_yaml
+    from sim.core.output import atomic_write_text
+
+    table = read_table(root)
+    click.echo(f"sim fit-offload: {len(table.observations)} observations "
+               f"({sum(o.role == 'fit' for o in table.observations)} fit, "
+               f"{sum(o.role == 'check' for o in table.observations)} check), {len(table.excluded)} excluded",
+               err=True)
+    result = fit(table, max_evaluations=max_evaluations, starts=starts, seed=seed)
+    command = f"sim fit-offload --root {root} --out {out} --starts {starts} --seed {seed}"
+    doc = result_yaml(result, table, command)
+    header = [f"# The llama.cpp engine's cost parameters, written by: {command}",
+              "# sim.llamacpp.params.DEFAULTS, BAND and BAND_WITHIN repeat these values (a test keeps them equal)."]
+    atomic_write_text(out, "\n".join(header) + "\n" + yaml.safe_dump(doc, sort_keys=False, width=120))
+    report = os.path.join(os.path.dirname(out) or ".", "llamacpp_report.md")
+    atomic_write_text(report, report_markdown(result, table))
+    for key, v in result.summary().items():
+        err = v["median_abs_error"]
+        click.echo(f"{key:9s} median |error| {err:6.1%} over {v['observations']:.0f} observations"
+                   if math.isfinite(err) else f"{key:9s} no observations")
+    click.echo(f"wrote {out} and {report} ({result.evaluations} evaluations)")
+
+
+SCHEMA_KEYS = ("n_gpu_layers", "n_cpu_moe", "cpu_moe", "override_tensor", "ctx_size", "batch_size", "ubatch_size",
+               "threads", "flash_attn", "cache_type_k", "cache_type_v", "parallel", "mmap", "tensor_split",
+               "kv_offload", "op_offload")
+
+
+def command_settings(cmd) -> tuple[dict, list[str]]:
+    """The ``engine.llamacpp`` keys of a parsed command line, and what the engine leaves out (one note each)."""
+    out, notes = {}, []
+    for key, value in cmd.settings.items():
+        if key in SCHEMA_KEYS:
+            out[key] = value
+        else:
+            notes.append(f"{key}={value!r}: no effect on speed or memory in the model")
+    if out.get("n_gpu_layers") == -1:  # auto: llama.cpp's --fit places what fits (done by `fit_auto`)
+        out["n_gpu_layers"] = 999
+        notes.append("-ngl auto: every layer on the GPU, then --n-cpu-moe raised until it fits (llama.cpp's --fit)")
+        out["_fit"] = True
+    if cmd.unknown:
+        notes.append(f"not understood, left out: {' '.join(cmd.unknown)}")
+    return out, notes
+
+
+def fit_auto(scn, machine: str, margin_gib: float = 1.0):
+    """llama.cpp's ``--fit``: the fewest layers' experts on the CPU that leave ``margin_gib`` free on every card."""
+    from sim.core.errors import SimulationError
+    from sim.llamacpp.bench import bench_setup
+    from sim.llamacpp.setup import placement_model
+
+    m = scn.machines[machine]
+    base = m.engine.llamacpp
+    spec = scn.models[m.engine.model]
+    layers = placement_model(spec.file, spec.quant, spec.weights_gib).geometry.moe_layers
+    for n in range(base.n_cpu_moe, layers + 1):
+        s = base.model_copy(update={"n_cpu_moe": n})
+        try:
+            st = bench_setup(scn, machine, s, s.ctx_size)
+        except SimulationError:
+            continue
+        if all(mem.free is None or mem.total <= mem.free - margin_gib * 2**30 for mem in st.memory):
+            return s
+    return base
+
+
+@main.command("llama")
+@click.argument("command_line")
+@machine_options
+@click.option("--write", "write_to", default=None, type=click.Path(dir_okay=False),
+              help="Write the scenario (YAML) here instead of running it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run as sim run --json does.")
+@user_errors
+def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name, slot_gen, slot_lanes,
+          reserved_gib, write_to, as_json):
+    """Run (or --write) a scenario from a pasted llama-server / llama-cli / llama-bench / llama-sweep-bench
+    COMMAND_LINE on the machine --gpu and --host name (catalog types). The model is the command's -m when it is a
+    GGUF file here, else --model (a config.json with --quant). A llama-bench line runs its tests (every value of a
+    swept flag, as llama-bench does); a server or cli line runs llama-bench's defaults, pp512 and tg128."""
+    import yaml
+
+    from sim.llamacpp.cmdline import parse_command
+    from sim.llamacpp.machine import MachineSpec, build_scenario, scenario_dict
+
+    cmd = parse_command(command_line)
+    path = model_file
+    if path is None and cmd.model_path and cmd.model_path.endswith(".gguf") and os.path.exists(cmd.model_path):
+        path = cmd.model_path
+    if path is None:
+        raise ScenarioError("command line", "-m", f"{cmd.model_path or 'no model'}: not a GGUF file here; give "
+                            "--model (a config.json, with --quant, or a .gguf)")
+    missing = [flag for flag, v in (("--gpu", gpu), ("--host", host)) if v is None]
+    if missing:
+        raise ScenarioError("command line", missing[0], "missing: the machine's catalog GPU type and host")
+    settings, notes = command_settings(cmd)
+    auto = settings.pop("_fit", False)
+    b = cmd.bench or {}
+    bench = {"n_prompt": list(b.get("n_prompt", [512])), "n_gen": list(b.get("n_gen", [128])),
+             "n_depth": list(b.get("n_depth", [0]))}
+    spec = MachineSpec(gpu, host, gpus=gpus, slot_gen=slot_gen, slot_lanes=slot_lanes, os=os_name,
+                       reserved_gib=reserved_gib, host_fields={"ram_gib": ram_gib} if ram_gib else {})
+    raw = scenario_dict(spec, path, quant, settings, model_gib, name="llama", bench=bench)
+    raw["description"] = f"From: {command_line.strip()[:400]}"
+    scn = build_scenario(raw, "command line")
+    if auto:
+        fitted = fit_auto(scn, "box")
+        raw["machines"]["box"]["engine"]["llamacpp"]["n_cpu_moe"] = fitted.n_cpu_moe
+        scn = build_scenario(raw, "command line")
+    for note in notes:
+        click.echo(f"sim: note: {note}", err=True)
+    if write_to:
+        from sim.core.output import atomic_write_text
+
+        atomic_write_text(write_to, yaml.safe_dump(raw, sort_keys=False, width=120))
+        click.echo(f"wrote {write_to} (sim run {write_to})")
+        return
+    _run_with_sweeps(scn, cmd, as_json)
+
+
+def _run_with_sweeps(scn, cmd, as_json: bool) -> None:
+    """``sim run`` of the scenario; with llama-bench sweeps, once per combination of the swept values."""
+    import itertools
+
+    from sim.report import run_text
+    from sim.runner import run, summary
+
+    swept = {k: v for k, v in cmd.sweeps.items() if k in SCHEMA_KEYS}
+    combos = [dict(zip(swept, values, strict=True)) for values in itertools.product(*swept.values())] or [{}]
+    docs = []
+    for combo in combos:
+        case = scn
+        if combo:
+            engine = scn.machines["box"].engine
+            lc = engine.llamacpp.model_copy(update=combo)
+            machine = scn.machines["box"].model_copy(update={"engine": engine.model_copy(update={"llamacpp": lc})})
+            case = scn.model_copy(update={"machines": {"box": machine}})
+        res = run(case, scn.seed)
+        if as_json:
+            docs.append(summary(res, "command line") | {"sweep": combo})
+        else:
+            if combo:
+                click.echo(", ".join(f"{k}={v}" for k, v in combo.items()) + ":")
+            click.echo(run_text(res), nl=False)
+    if as_json:
+        click.echo(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, allow_nan=False))
+
+
+def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None) -> None:
+    """``sim fit-offload --bench FILE --scenario S``: a calibration file for S's llama.cpp engine."""
+    import yaml
+
+    from sim.calibration.own_runs import fit_own, is_bench_output, own_runs, read_bench_file, simulate
+    from sim.core.output import atomic_write_text
+    from sim.llamacpp.params import UNITS, CostParams
+
+    scn, machine = _machine_scenario(scenario, None, None, None, None, 1, None, None, "linux", None, 16, 0.0)
+    base = scn.machines[machine].engine.llamacpp
+    runs, notes = [], []
+    for path in bench_files:
+        text_runs = read_bench_file(path)
+        if not is_bench_output(text_runs):
+            raise ScenarioError(path, "", f"no llama-bench table or records found ({len(text_runs.skipped)} other "
+                                "lines): expected llama-bench's md, csv, json or jsonl output, or sweep-bench's")
+        found, why = own_runs(text_runs, base)
+        runs += found
+        notes += [f"{path}: {n}" for n in why]
+    if not runs:
+        raise ScenarioError(bench_files[0], "", "no pp or tg test to fit")
+    before = CostParams.of(base.costs)
+    after, names = fit_own(scn, machine, runs, before)
+    for n in notes:
+        click.echo(f"sim: note: {n}", err=True)
+    click.echo(f"{'test':14s} {'measured':>9s} {'before':>9s} {'after':>9s}  flags")
+    for r in runs:
+        label = f"{r.test}{r.tokens}" + (f" @ d{r.depth}" if r.depth else "")
+        flags = f"-ngl {r.settings.n_gpu_layers} -ncmoe {r.settings.n_cpu_moe} -ub {r.settings.ubatch_size}"
+        click.echo(f"{label:14s} {r.measured:9.2f} {simulate(scn, machine, r, before):9.2f} "
+                   f"{simulate(scn, machine, r, after):9.2f}  {flags}")
+    prefix = f"machines.{machine}.engine.llamacpp.costs"
+    doc = {"kind": "fit-offload", "parameters": {f"{prefix}.{n}": getattr(after, n) for n in names},
+           "units": {f"{prefix}.{n}": UNITS[n] for n in names},
+           "runs": [f"{p}" for p in bench_files]}
+    stem = os.path.splitext(os.path.basename(scenario))[0]
+    out = out or os.path.join("calibration", f"{stem}_llamacpp.yaml")
+    header = [f"# Written by: sim fit-offload --scenario {scenario} " + " ".join(f"--bench {p}" for p in bench_files),
+              f"# Your runs ({len(runs)} tests) moved these from the public fit; list this file under the scenario's",
+              "# calibrations: to use them (values the scenario sets itself win)."]
+    atomic_write_text(out, "\n".join(header) + "\n" + yaml.safe_dump(doc, sort_keys=False, width=120))
+    click.echo(f"wrote {out}: " + ", ".join(f"{n} {getattr(before, n):.4g} -> {getattr(after, n):.4g}"
+                                           for n in names))

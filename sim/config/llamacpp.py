@@ -1,0 +1,106 @@
+"""Scenario schema of a llama.cpp engine (sim.llamacpp): its placement and buffers, named after llama.cpp's flags so a
+command line copies over (``-ngl 99 --n-cpu-moe 30 -ub 1024`` is ``n_gpu_layers: 99, n_cpu_moe: 30,
+ubatch_size: 1024``), the cost parameters it was calibrated with, and the llama-bench workload (``bench:``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt
+
+from sim.config.base import MAX_GIB, MIN_FRACTION, Strict
+
+KvType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+
+
+class LlamaCppCosts(Strict):
+    """The engine's shares of what the hardware's specs allow and its fixed costs (sim.llamacpp.params: the
+    defaults are the fit to public llama.cpp offload sweeps, calibration/llamacpp.yaml). A value here overrides
+    the fitted one."""
+
+    gpu_memory_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of a card's memory bandwidth its weight and KV reads get "
+        "(fraction).")
+    gpu_compute_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of a card's dense FP16 tensor throughput prompt "
+        "processing gets (fraction).")
+    cpu_memory_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of the host's paper DRAM bandwidth the CPU reads weights "
+        "at when it computes them (fraction).")
+    cpu_thread_gbps: float | None = Field(
+        None, gt=0, le=1000, description="DRAM bandwidth one CPU thread pulls (GB/s): fewer threads than "
+        "bandwidth / this leave bandwidth unused.")
+    cpu_gflops_per_core: float | None = Field(
+        None, gt=0, le=10000, description="Quantized matrix arithmetic one CPU core does while prompts run on the "
+        "CPU (GFLOP/s).")
+    ik_cpu_gflops_per_core: float | None = Field(
+        None, gt=0, le=10000, description="The same with ik_llama.cpp's CPU kernels (GFLOP/s).")
+    split_s: float | None = Field(
+        None, ge=0, le=0.1, description="One hand-over of the activations between devices (CPU and a GPU, or two "
+        "GPUs) along a step's path: copy, synchronisation, wake-up (s).")
+    token_s: float | None = Field(
+        None, ge=0, le=1, description="Fixed time per decode step: graph build, sampling, launches (s).")
+    gpu_layer_s: float | None = Field(
+        None, ge=0, le=0.1, description="Fixed GPU time per layer per step it runs there (kernel launches) (s).")
+    cpu_layer_s: float | None = Field(
+        None, ge=0, le=0.1, description="Fixed CPU time per layer per step it runs there (thread barriers) (s).")
+    link_share: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of the link's copy rate weights mapped from the file "
+        "(pageable host memory) cross it at when the GPU computes them for a large batch (fraction); with "
+        "--no-mmap they sit in pinned memory and cross at the link's rate.")
+    spill_link_share: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of the link's rate a card reads weights the driver moved "
+        "to shared system memory at (fraction).")
+    windows_reserved_gib: float | None = Field(
+        None, ge=0, le=MAX_GIB, description="VRAM Windows' desktop compositor (WDDM) keeps on a card (GiB).")
+    cuda_context_mib: float | None = Field(
+        None, ge=0, le=16384, description="VRAM of the CUDA context and libraries on each card used (MiB).")
+
+
+class LlamaCpp(Strict):
+    """llama.cpp (or ik_llama.cpp, Ollama, LM Studio: llama.cpp underneath) on one machine: which tensors each device
+    holds, the buffers it allocates, how a step and a prompt run across the CPU and the GPUs."""
+
+    n_gpu_layers: int = Field(999, ge=0, le=100_000, description="-ngl: the last N layers on the GPUs, the output head "
+                              "counting as the last one (llama.cpp: i_gpu_start = n_layer + 1 - n_gpu_layers).")
+    n_cpu_moe: int = Field(0, ge=0, le=100_000, description="--n-cpu-moe: routed experts of the first N layers stay "
+                           "in host RAM, computed by the CPU.")
+    cpu_moe: bool = Field(False, description="--cpu-moe: every layer's routed experts stay on the CPU.")
+    override_tensor: list[str] = Field(
+        default_factory=list, description="-ot rules 'REGEX=BUFFER' (BUFFER: CPU, CUDA0, CUDA1, ...): a tensor "
+        "whose GGUF name (blk.12.ffn_up_exps.weight) the first matching rule finds goes to that buffer.")
+    ctx_size: int = Field(4096, ge=1, le=10_000_000, description="-c: KV cells allocated, all slots together "
+                          "(tokens).")
+    batch_size: int = Field(2048, ge=1, le=1_000_000, description="-b: logical batch (tokens).")
+    ubatch_size: int = Field(512, ge=1, le=1_000_000, description="-ub: physical batch a prompt is processed in "
+                             "(tokens).")
+    threads: int | None = Field(None, ge=1, le=4096, description="-t: CPU threads (default: the host's cores).")
+    flash_attn: bool | Literal["auto"] = Field("auto", description="-fa: flash attention (auto: on for CUDA).")
+    cache_type_k: KvType = Field("f16", description="-ctk: type of the K cache.")
+    cache_type_v: KvType = Field("f16", description="-ctv: type of the V cache.")
+    parallel: PositiveInt = Field(1, le=1024, description="-np: server slots decoding together.")
+    mmap: bool = Field(True, description="--mmap / --no-mmap: weights for the CPU mapped from the file (pageable), "
+                       "or read into pinned host memory (copied to a card at the link's full rate).")
+    tensor_split: list[float] | None = Field(
+        None, description="-ts: share of the GPU layers per card, in order (default: in proportion to free VRAM).")
+    kv_offload: bool = Field(True, description="--no-kv-offload sets false: KV of GPU layers stays in host RAM.")
+    op_offload: bool = Field(True, description="--no-op-offload sets false: large batches of CPU-held weights run on "
+                             "the CPU instead of being copied to the GPU.")
+    offload_min_batch: int = Field(32, ge=1, le=1_000_000, description="Tokens of a batch from which an operation on "
+                                   "CPU-held weights is copied to the GPU and run there (ggml-cuda: 32; ik_llama.cpp "
+                                   "takes GGML_CUDA_MIN_BATCH_OFFLOAD).")
+    sysmem_fallback: bool | None = Field(
+        None, description="The driver backs allocations beyond VRAM with shared system memory instead of failing "
+        "(default: on under Windows, off under Linux).")
+    build: Literal["llama.cpp", "ik_llama.cpp"] = Field("llama.cpp", description="Which engine build (reported).")
+    costs: LlamaCppCosts = LlamaCppCosts()
+
+
+class Bench(Strict):
+    """A llama-bench run: every pp test processes ``n_prompt`` tokens after ``n_depth`` tokens of context, every tg
+    test generates ``n_gen`` tokens after ``n_depth`` (llama-bench -p, -n, -d)."""
+
+    machine: str = Field(description="Machine whose llama.cpp engine runs the tests.")
+    n_prompt: list[int] = Field(default_factory=lambda: [512], description="-p: prompt lengths (tokens; 0: none).")
+    n_gen: list[int] = Field(default_factory=lambda: [128], description="-n: generated lengths (tokens; 0: none).")
+    n_depth: list[int] = Field(default_factory=lambda: [0], description="-d: context already in the KV (tokens).")

@@ -1,0 +1,1 @@
+"""llama.cpp as an engine: placement, memory, step costs, bench, advice."""

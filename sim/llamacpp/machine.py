@@ -1,0 +1,79 @@
+"""A scenario of one machine running llama.cpp, from catalog names and a model file: what ``sim advise``, ``sim
+llama`` (a pasted command line) and the offload fit build instead of asking for a scenario file."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.config.scenario import Scenario
+
+
+@dataclass
+class MachineSpec:
+    """The hardware in catalog terms: a GPU type (``gpus`` of it), its link, a host and its OS."""
+
+    gpu: str | None  # catalog GPU type; None: a CPU-only machine (llama.cpp without a card)
+    host: str  # catalog host
+    gpus: int = 1
+    slot_gen: int | None = None  # default: the card's own generation
+    slot_lanes: int = 16
+    os: str = "linux"
+    reserved_gib: float = 0.0  # VRAM other processes hold on each card
+    host_fields: dict[str, Any] = field(default_factory=dict)  # mt_s, channels, cores, ram_gib overrides
+
+
+def scenario_dict(spec: MachineSpec, model_file: str, quant: str | None, settings: dict[str, Any],
+                  file_gib: float | None = None, name: str = "llamacpp", bench: dict | None = None) -> dict:
+    """The scenario (as a dict, to write or validate) of ``spec`` running ``model_file`` with llama.cpp ``settings``
+    (its flags' keys)."""
+    from sim.catalog import gpu_entries
+
+    host: dict[str, Any] = {"type": spec.host} | dict(spec.host_fields)
+    if spec.os != "linux":
+        host["os"] = spec.os
+    gpus: dict[str, Any] = {}
+    if spec.gpu is not None:
+        card = gpu_entries().get(spec.gpu, {})
+        gen = spec.slot_gen or card.get("pcie_max_gen") or 4
+        for i in range(spec.gpus):
+            gpus[f"gpu{i}"] = {"type": spec.gpu, "slot_gen": gen, "slot_lanes": spec.slot_lanes}
+            if spec.reserved_gib:
+                gpus[f"gpu{i}"]["reserved_gib"] = spec.reserved_gib
+    model: dict[str, Any] = {"file": os.path.abspath(model_file)}
+    if quant:
+        model["quant"] = quant
+    if file_gib:
+        model["weights_gib"] = file_gib
+    key = model_key(model_file)
+    machine: dict[str, Any] = {"host": host, "gpus": gpus,
+                               "engine": {"model": key, "gpu": "gpu0", "llamacpp": dict(settings)}}
+    out: dict[str, Any] = {"name": name, "models": {key: model}, "machines": {"box": machine}}
+    if bench:
+        out["bench"] = {"machine": "box"} | bench
+    return out
+
+
+def model_key(path: str) -> str:
+    """A scenario key for a model file: its name without the extension, in letters, digits and ``_``."""
+    import re
+
+    stem = os.path.splitext(os.path.basename(os.path.normpath(path)))[0]
+    if stem == "config":  # a folder's config.json: the folder names the model
+        stem = os.path.basename(os.path.dirname(os.path.abspath(path))) or stem
+    return re.sub(r"[^A-Za-z0-9_]+", "_", stem).strip("_").lower() or "model"
+
+
+def build_scenario(raw: dict, source: str) -> Scenario:
+    """Validate a scenario dict as a file would be (catalog and model-file defaults filled)."""
+    import copy
+
+    from sim.config.defaults import fill_defaults
+    from sim.config.load import validate
+
+    raw = copy.deepcopy(raw)
+    filled = fill_defaults(raw, source)
+    scn = validate(raw, source)
+    scn._defaults = tuple(filled)
+    return scn

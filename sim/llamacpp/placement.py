@@ -1,0 +1,219 @@
+"""Which device holds each tensor of a model, as llama.cpp decides it from its flags.
+
+The model's tensors are named as in a GGUF file (``blk.12.ffn_up_exps.weight``) with their bytes from the model's
+geometry: per block its attention (q, k, v, output and norms, split by their shapes), its FFN part outside the routed
+experts (router, shared experts or a dense FFN) and its three routed-expert tensors; the token embedding, the output
+head and the final norm. A geometry read from a config.json knows these roles' totals, not each block's: blocks share
+them equally (a DeepSeek model's few dense-FFN blocks are spread over all of them).
+
+llama.cpp's rules, in its order:
+- ``-ngl N``: the output head counts as the last of ``blocks + 1`` layers; the last N of them are on the GPUs, the
+  others on the CPU (``-ngl 48`` of a 48-block model: blocks 1-47 and the output head; llama.cpp's
+  ``i_gpu_start = n_layer + 1 - n_gpu_layers``). The token embedding always stays on the CPU (its rows are looked
+  up there).
+- GPU layers are divided among the cards in contiguous runs by ``-ts`` (default: in proportion to each card's free
+  VRAM).
+- ``-ot REGEX=BUFFER`` rules, ``--cpu-moe`` and ``--n-cpu-moe N`` (which stand for the rules
+  ``blk\\.(0|...|N-1)\\.ffn_(up|down|gate)_exps=CPU``): a tensor goes to the buffer of the first rule whose regular
+  expression is found in its name (a search, not a full match), whatever ``-ngl`` said.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+from sim.core.errors import ScenarioError
+from sim.modelfiles.geometry import ModelGeometry
+
+CPU = "CPU"
+ROLES = ("attention", "ffn", "experts")  # a block's parts, in the order a token passes them
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One weight tensor: its GGUF name, its block (-1: outside the blocks), its role, its bytes and its parameters
+    (weights)."""
+
+    name: str
+    block: int
+    role: str  # attention | ffn | experts | output | embedding
+    bytes: float
+    params: float
+
+
+@dataclass(frozen=True)
+class ModelTensors:
+    """A model's tensors and what a token reads of them."""
+
+    geometry: ModelGeometry
+    tensors: tuple[Tensor, ...]
+    scale: float  # bytes of the file over the geometry's (1: the geometry's own)
+
+    @property
+    def blocks(self) -> int:
+        return self.geometry.layers
+
+    @property
+    def kv_bytes_per_token_per_block(self) -> float:
+        """KV of one token in one block at f16 (bytes), blocks with a KV cache sharing it equally."""
+        g = self.geometry
+        return g.kv_bytes_per_token / max(g.layers, 1)
+
+
+def model_tensors(g: ModelGeometry, file_bytes: float | None = None) -> ModelTensors:
+    """The tensors of ``g``; with ``file_bytes`` (a real file's size), every size scaled to add up to it."""
+    scale = file_bytes / g.weights_bytes if file_bytes else 1.0
+    per_weight = g.dense_bytes / g.dense_params if g.dense_params else 0.0  # bytes per dense weight
+    emb = g.embedding_bytes or (g.embedding_params * per_weight)
+    out = g.output_bytes or emb
+    known = g.attention_bytes + g.ffn_bytes
+    rest = max(g.dense_bytes - emb - (out if g.output_bytes else 0.0), 0.0)
+    attn_total = g.attention_bytes if known else rest
+    ffn_total = g.ffn_bytes if known else 0.0
+    attn_block, ffn_block = attn_total / g.layers, ffn_total / g.layers
+    q = g.heads * g.head_dim
+    kv = g.kv_heads * g.head_dim
+    shapes = {"attn_q": q, "attn_k": kv, "attn_v": kv, "attn_output": q}
+    whole = sum(shapes.values())
+    tensors: list[Tensor] = [Tensor("token_embd.weight", -1, "embedding", emb * scale, emb / per_weight
+                                    if per_weight else 0.0)]
+    expert_tensor = g.expert_bytes * g.experts_per_layer / 3
+    expert_params = g.expert_params * g.experts_per_layer / 3
+    first_moe = g.layers - g.moe_layers if g.is_moe else g.layers
+    for b in range(g.layers):
+        for name, share in shapes.items():
+            part = attn_block * share / whole
+            tensors.append(Tensor(f"blk.{b}.{name}.weight", b, "attention", part * scale,
+                                  part / per_weight if per_weight else 0.0))
+        if b >= first_moe:
+            if ffn_block:
+                tensors.append(Tensor(f"blk.{b}.ffn_gate_inp.weight", b, "ffn", ffn_block * scale,
+                                      ffn_block / per_weight if per_weight else 0.0))
+            for name in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+                tensors.append(Tensor(f"blk.{b}.{name}.weight", b, "experts", expert_tensor * scale, expert_params))
+        elif ffn_block:
+            for name in ("ffn_gate", "ffn_up", "ffn_down"):
+                tensors.append(Tensor(f"blk.{b}.{name}.weight", b, "ffn", ffn_block / 3 * scale,
+                                      ffn_block / 3 / per_weight if per_weight else 0.0))
+    tensors.append(Tensor("output.weight", -1, "output", out * scale, out / per_weight if per_weight else 0.0))
+    return ModelTensors(g, tuple(tensors), scale)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Each tensor's device (``CPU`` or ``CUDA0``, ``CUDA1``, ...) and each block's device by ``-ngl`` and ``-ts``
+    (where its KV cache lives and its attention runs)."""
+
+    model: ModelTensors
+    devices: tuple[str, ...]  # per tensor, in model.tensors' order
+    block_device: tuple[str, ...]  # per block
+    gpus: tuple[str, ...]  # the machine's cards as llama.cpp names them, in order
+
+    def bytes_on(self, device: str) -> float:
+        """Weight bytes on ``device``."""
+        return self._bytes_by_device.get(device, 0.0)
+
+    @cached_property
+    def _bytes_by_device(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for t, d in zip(self.model.tensors, self.devices, strict=True):
+            out[d] = out.get(d, 0.0) + t.bytes
+        return out
+
+    @property
+    def output_device(self) -> str:
+        return self.devices[-1]
+
+    @cached_property
+    def path(self) -> tuple[tuple[int, str, tuple[tuple[str, float, float], ...]], ...]:
+        """(block, role, ((device, bytes, parameters), ...)) along a token's path, parts without tensors left out."""
+        parts: dict[tuple[int, str], dict[str, list[float]]] = {}
+        for t, d in zip(self.model.tensors, self.devices, strict=True):
+            if t.block < 0:
+                continue
+            acc = parts.setdefault((t.block, t.role), {}).setdefault(d, [0.0, 0.0])
+            acc[0] += t.bytes
+            acc[1] += t.params
+        out = []
+        for b in range(self.model.blocks):
+            for role in ROLES:
+                by_device = parts.get((b, role))
+                if by_device:
+                    out.append((b, role, tuple((d, v[0], v[1]) for d, v in by_device.items())))
+        return tuple(out)
+
+    @cached_property
+    def blocks_running(self) -> tuple[int, int]:
+        """(blocks with a part on the CPU, blocks with a part on a card)."""
+        devices: dict[int, set[str]] = {}
+        for b, _, parts in self.path:
+            devices.setdefault(b, set()).update(d for d, _, _ in parts)
+        return (sum(1 for d in devices.values() if CPU in d), sum(1 for d in devices.values() if d - {CPU}))
+
+    def cpu_expert_blocks(self) -> int:
+        """Blocks whose routed experts are (mostly) on the CPU."""
+        return sum(1 for b, role, parts in self.path if role == "experts"
+                   and max(parts, key=lambda x: x[1])[0] == CPU)
+
+
+def parse_rules(rules: list[str], source: str, key: str, gpus: tuple[str, ...]) -> list[tuple[re.Pattern, str]]:
+    """``-ot`` rules ``REGEX=BUFFER`` as (compiled expression, device). A buffer is CPU or a card (CUDA0, ...; any
+    case; a ``_Host``/``_Mapped`` suffix is CPU memory too)."""
+    out = []
+    for i, rule in enumerate(rules):
+        pattern, sep, buffer = rule.rpartition("=")
+        if not sep or not pattern:
+            raise ScenarioError(source, f"{key}.{i}", f"'{rule}': expected a rule REGEX=BUFFER, e.g. "
+                                "'blk\\.(1[0-9])\\.ffn_.*_exps=CPU'")
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            raise ScenarioError(source, f"{key}.{i}", f"'{pattern}': not a regular expression ({exc})") from None
+        device = buffer.strip().upper()
+        if device.endswith(("_HOST", "_MAPPED")) or device == CPU:
+            device = CPU
+        elif device not in gpus:
+            raise ScenarioError(source, f"{key}.{i}", f"buffer '{buffer}': expected CPU or one of the machine's "
+                                f"cards ({', '.join(gpus) or 'none'})")
+        out.append((compiled, device))
+    return out
+
+
+def place(model: ModelTensors, *, n_gpu_layers: int, gpus: tuple[str, ...], split: list[float],
+          rules: list[tuple[re.Pattern, str]], n_cpu_moe: int = 0, cpu_moe: bool = False) -> Placement:
+    """Every tensor's device by llama.cpp's rules (module docstring). ``split``: each card's share of the GPU
+    blocks (any positive scale), in ``gpus``' order."""
+    blocks = model.blocks
+    ngl = min(n_gpu_layers, blocks + 1) if gpus else 0  # the output head counts as the last layer
+    first_gpu = blocks + 1 - ngl
+    total = sum(split) or 1.0
+    bounds, acc = [], 0.0
+    for share in split:
+        acc += share / total
+        bounds.append(acc)
+
+    def device_of(layer: int) -> str:  # layer == blocks: the output head
+        if ngl == 0 or layer < first_gpu:
+            return CPU
+        pos = (layer - first_gpu) / ngl
+        return gpus[next((i for i, edge in enumerate(bounds) if pos < edge - 1e-12), len(gpus) - 1)]
+
+    block_device = [device_of(b) for b in range(blocks)]
+    out_device = device_of(blocks)
+    moe_rule = None
+    if cpu_moe:
+        moe_rule = (re.compile(r"\.ffn_(up|down|gate)_exps"), CPU)
+    elif n_cpu_moe > 0:
+        moe_rule = (re.compile(r"^blk\.(" + "|".join(str(i) for i in range(n_cpu_moe)) + r")\.ffn_(up|down|gate)_exps"),
+                    CPU)
+    all_rules = list(rules) + ([moe_rule] if moe_rule else [])
+    devices = []
+    for t in model.tensors:
+        if t.role == "embedding":
+            devices.append(CPU)
+            continue
+        default = out_device if t.role == "output" else block_device[t.block]
+        devices.append(next((dev for pattern, dev in all_rules if pattern.search(t.name)), default))
+    return Placement(model, tuple(devices), tuple(block_device), gpus)

@@ -90,7 +90,8 @@ def flat_metrics(res: RunResult) -> dict[str, float]:
     for name in res.scenario.machines:
         m.update(link_metrics(res.scenario, name))
     m.update(res.serve_metrics)
-    m.update(bench_metrics(res.bench))
+    for key, value in bench_metrics(res.bench).items():  # a served workload's own rates win over the bench's
+        m.setdefault(key, value)
     done = [j for j in res.jobs if not math.isnan(j.completed_s)]
     m["jobs.count"] = len(res.jobs)
     m["jobs.placed"] = len(done)

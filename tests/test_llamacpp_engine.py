@@ -261,3 +261,24 @@ def test_run_out_writes_the_bench_table(tmp_path):
     frame = pd.read_csv(tmp_path / "bench.csv")
     assert list(frame.test) == ["pp512", "pp512 @ d4096", "tg128", "tg128 @ d4096"]
     assert (frame.tok_s > 0).all() and (frame.vram_gib > 0).all()
+
+
+def test_a_gguf_with_tied_embeddings_reads_them_as_its_output_head(tmp_path):
+    """No output.weight: llama.cpp copies the token embedding to the output head's device and reads it each step."""
+    from test_modelfiles import write_dense_gguf
+
+    from sim.modelfiles.gguf_file import read_gguf
+
+    write_dense_gguf(tmp_path / "tied.gguf", "llama", 2)
+    g = read_gguf(str(tmp_path / "tied.gguf"))
+    assert g.embedding_bytes > 0 and g.output_bytes >= g.embedding_bytes
+
+
+def test_a_swept_llama_bench_value_is_validated_like_a_scenario():
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    r = CliRunner().invoke(main, ["llama", "llama-bench -m x.gguf -ncmoe 31 -ub 0,512", "--model", QWEN, "--quant",
+                                  "Q4_K_M", "--gpu", "rtx3070ti", "--host", "ryzen5_5600x"])
+    assert r.exit_code == 2 and "ubatch_size" in r.output and "Traceback" not in r.output

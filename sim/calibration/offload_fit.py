@@ -215,8 +215,7 @@ def predict(o: Observation, params: CostParams) -> float:
     from sim.llamacpp.bench import bench_setup
 
     settings = o.settings
-    ctx = settings.ctx_size if "ctx_size" in settings.model_fields_set else o.tokens + o.depth + (
-        128 if o.test == "pp" else 0)
+    ctx = o.tokens + o.depth  # llama-bench's n_prompt + n_gen + n_depth (a sweep-bench's -c when set is larger)
     try:
         st = bench_setup(o.scenario, "m", settings, ctx, params)
     except SimulationError:

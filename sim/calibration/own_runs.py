@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import ValidationError
 
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
@@ -80,8 +81,9 @@ def own_runs(runs: BenchRuns, base: LlamaCpp) -> tuple[list[OwnRun], list[str]]:
             update["override_tensor"] = [x for x in r.tensor_buft_overrides.split(";") if x]
         try:
             settings = LlamaCpp(**(base.model_dump() | update))
-        except Exception as exc:  # noqa: BLE001 - one record's bad value, said in one line
-            notes.append(f"line {r.line}: {r.test}: {str(exc).splitlines()[-1]}")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            notes.append(f"line {r.line}: {r.test}: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}")
             continue
         test, tokens = ("pp", r.n_prompt) if r.n_prompt else ("tg", r.n_gen)
         out.append(OwnRun(r.line, test, tokens, r.n_depth, r.avg_ts, settings))

@@ -165,7 +165,7 @@ def offload_cells(root: str) -> list[Cell]:
     """The public llama.cpp offload sweeps (calibration/offload_public.csv) at the shipped llama.cpp parameters
     (sim.llamacpp.params.DEFAULTS, the fit of calibration/llamacpp.yaml): claimed, the median |simulated / measured
     - 1| of tg and of pp over the setups kept out of the fit, at most 20% and 30% (fits from different starts land
-    at 12-18% and 24-26%: the 15% and 25% aimed for are not reached); reported, the same per setup and for the
+    at 12-19% and 24-26%: the 15% and 25% aimed for are not reached); reported, the same per setup and for the
     fit's own rows."""
     import math
 

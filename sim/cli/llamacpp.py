@@ -75,19 +75,25 @@ def _anchor(text: str | None, base) -> dict:
         if key.strip() not in LlamaCpp.model_fields:
             raise ScenarioError("--anchor", key, "expected an engine.llamacpp key (n_cpu_moe, n_gpu_layers, ...)")
         fields[key.strip()] = value.strip()
+    from pydantic import ValidationError
+
     try:
         settings = base.model_copy(update={}) if not fields else LlamaCpp(**(base.model_dump() | fields))
-    except Exception as exc:  # noqa: BLE001 - a bad value, said in one line
-        raise ScenarioError("--anchor", place, str(exc).splitlines()[-1]) from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ScenarioError("--anchor", ".".join(str(x) for x in first["loc"]), first["msg"]) from None
     out = {}
     for item in filter(None, rates.split(",")):
         test, _, value = item.partition("=")
         if test.strip() not in ("tg", "pp"):
             raise ScenarioError("--anchor", test, "expected tg=RATE or pp=RATE (tok/s)")
         try:
-            out[test.strip()] = (settings, float(value))
+            rate = float(value)
         except ValueError:
             raise ScenarioError("--anchor", value, "expected a rate (tok/s)") from None
+        if not math.isfinite(rate) or rate <= 0:
+            raise ScenarioError("--anchor", value, "expected a rate above 0 (tok/s)")
+        out[test.strip()] = (settings, rate)
     return out
 
 
@@ -115,7 +121,8 @@ def advice_lines(adv, what: dict, top: int) -> list[str]:
 @click.option("--ubatch", "ubatches", default="512,1024,2048", show_default=True, help="-ub values to search.")
 @click.option("--kv", "kv_types", default="f16,q8_0", show_default=True, help="KV cache types to search.")
 @click.option("--anchor", default=None, help="A run you measured: 'n_cpu_moe=30:tg=25.3,pp=150' (the placement's "
-              "keys, then tok/s): predictions scale to it and the band narrows.")
+              "keys, then tok/s): predictions scale to it (the band stays the held-out one unless the spread within "
+              "one setup is narrower).")
 @click.option("--margin-gib", type=float, default=0.5, show_default=True, help="VRAM a placement must leave free "
               "on every card (GiB).")
 @click.option("--top", type=int, default=3, show_default=True, help="How many placements per goal.")
@@ -144,9 +151,13 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
     bad = [k for k in kvs if k not in KV_TYPE_BYTES]
     if bad or not kvs:
         raise ScenarioError("--kv", kv_types, f"expected KV types among {', '.join(KV_TYPE_BYTES)}")
-    for flag, v in (("--prompt", n_prompt), ("--gen", n_gen), ("--depth", depth)):
-        if v < 0:
-            raise ScenarioError(flag, str(v), "expected tokens, 0 or more")
+    for flag, v, low in (("--prompt", n_prompt, 1), ("--gen", n_gen, 1), ("--depth", depth, 0)):
+        if v < low:
+            raise ScenarioError(flag, str(v), f"expected at least {low} token{'s' if low != 1 else ''}")
+    if top < 1:
+        raise ScenarioError("--top", str(top), "expected at least 1")
+    if not math.isfinite(margin_gib) or margin_gib < 0:
+        raise ScenarioError("--margin-gib", str(margin_gib), "expected GiB, 0 or more")
     if ctx < 1:
         raise ScenarioError("--ctx", str(ctx), "expected at least 1 token")
     start = time.perf_counter()
@@ -254,7 +265,7 @@ def fit_auto(scn, machine: str, margin_gib: float = 1.0):
     m = scn.machines[machine]
     base = m.engine.llamacpp
     spec = scn.models[m.engine.model]
-    layers = placement_model(spec.file, spec.quant, spec.weights_gib).geometry.moe_layers
+    layers = placement_model(spec.file, spec.quant, spec.weights_gib).geometry.layers  # dense blocks may lead
     for n in range(base.n_cpu_moe, layers + 1):
         s = base.model_copy(update={"n_cpu_moe": n})
         try:
@@ -316,13 +327,16 @@ def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, 
         atomic_write_text(write_to, yaml.safe_dump(raw, sort_keys=False, width=120))
         click.echo(f"wrote {write_to} (sim run {write_to})")
         return
-    _run_with_sweeps(scn, cmd, as_json)
+    _run_with_sweeps(raw, scn, cmd, as_json)
 
 
-def _run_with_sweeps(scn, cmd, as_json: bool) -> None:
-    """``sim run`` of the scenario; with llama-bench sweeps, once per combination of the swept values."""
+def _run_with_sweeps(raw: dict, scn, cmd, as_json: bool) -> None:
+    """``sim run`` of the scenario; with llama-bench sweeps, once per combination of the swept values, each
+    validated and checked as a scenario file would be."""
+    import copy
     import itertools
 
+    from sim.llamacpp.machine import build_scenario
     from sim.report import run_text
     from sim.runner import run, summary
 
@@ -332,10 +346,9 @@ def _run_with_sweeps(scn, cmd, as_json: bool) -> None:
     for combo in combos:
         case = scn
         if combo:
-            engine = scn.machines["box"].engine
-            lc = engine.llamacpp.model_copy(update=combo)
-            machine = scn.machines["box"].model_copy(update={"engine": engine.model_copy(update={"llamacpp": lc})})
-            case = scn.model_copy(update={"machines": {"box": machine}})
+            varied = copy.deepcopy(raw)
+            varied["machines"]["box"]["engine"]["llamacpp"].update(combo)
+            case = build_scenario(varied, "command line")
         res = run(case, scn.seed)
         if as_json:
             docs.append(summary(res, "command line") | {"sweep": combo})

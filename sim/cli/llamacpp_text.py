@@ -46,7 +46,7 @@ def advice_text(adv, what: dict, top: int) -> list[str]:
              f"{len(adv.candidates)} load, {len(adv.rejected)} do not fit (-c {what['ctx']})"]
     if adv.anchor:
         lines.append("anchored to your run: " + ", ".join(f"{t} x {r:.3f}" for t, r in adv.anchor.items()) +
-                     " (predictions scaled; bands are the spread within one setup)")
+                     " (predictions scaled by measured / simulated at your placement)")
     tests = {"tg": f"tg{n_gen}" + (f" @ d{depth}" if depth else ""),
              "pp": f"pp{n_prompt}" + (f" @ d{depth}" if depth else ""),
              "mix": f"{n_prompt} prompt + {n_gen} generated tokens per request"}

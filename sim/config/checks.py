@@ -272,6 +272,14 @@ def _llamacpp_engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem
         card = s.gpus.get(g.type)
         if card is not None and card.hbm_gbps is None:
             errs.append((f"gpus.{g.type}.hbm_gbps", None, f"missing: the memory bandwidth (GB/s) of {key}'s card"))
+    from sim.config.llamacpp import parse_rules
+    from sim.core.errors import ScenarioError as RuleError
+
+    try:
+        parse_rules(lc.override_tensor, "", f"{p}.llamacpp.override_tensor", tuple(f"CUDA{i}" for i in
+                                                                                    range(len(m.gpus))))
+    except RuleError as exc:
+        errs.append((exc.path, lc.override_tensor, exc.problem))
     if lc.tensor_split is not None and len(lc.tensor_split) != len(m.gpus):
         errs.append((f"{p}.llamacpp.tensor_split", lc.tensor_split, f"one share per GPU of the machine "
                      f"({len(m.gpus)})"))

@@ -4,11 +4,13 @@ ubatch_size: 1024``), the cost parameters it was calibrated with, and the llama-
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, PositiveInt
 
 from sim.config.base import MAX_GIB, MIN_FRACTION, Strict
+from sim.core.errors import ScenarioError
 
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
@@ -104,3 +106,26 @@ class Bench(Strict):
     n_prompt: list[int] = Field(default_factory=lambda: [512], description="-p: prompt lengths (tokens; 0: none).")
     n_gen: list[int] = Field(default_factory=lambda: [128], description="-n: generated lengths (tokens; 0: none).")
     n_depth: list[int] = Field(default_factory=lambda: [0], description="-d: context already in the KV (tokens).")
+
+
+def parse_rules(rules: list[str], source: str, key: str, gpus: tuple[str, ...]) -> list[tuple[re.Pattern, str]]:
+    """``-ot`` rules ``REGEX=BUFFER`` as (compiled expression, device). A buffer is CPU or a card (CUDA0, ...; any
+    case; a ``_Host``/``_Mapped`` suffix is CPU memory too). Raises ScenarioError naming the rule."""
+    out = []
+    for i, rule in enumerate(rules):
+        pattern, sep, buffer = rule.rpartition("=")
+        if not sep or not pattern:
+            raise ScenarioError(source, f"{key}.{i}", f"'{rule}': expected a rule REGEX=BUFFER, e.g. "
+                                "'blk\\.(1[0-9])\\.ffn_.*_exps=CPU'")
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            raise ScenarioError(source, f"{key}.{i}", f"'{pattern}': not a regular expression ({exc})") from None
+        device = buffer.strip().upper()
+        if device.endswith(("_HOST", "_MAPPED")) or device == "CPU":
+            device = "CPU"
+        elif device not in gpus:
+            raise ScenarioError(source, f"{key}.{i}", f"buffer '{buffer}': expected CPU or one of the machine's "
+                                f"cards ({', '.join(gpus) or 'none'})")
+        out.append((compiled, device))
+    return out

@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
-from sim.core.errors import SimulationError
+from sim.core.errors import ScenarioError, SimulationError
 from sim.llamacpp.bench import bench_setup
-from sim.llamacpp.params import CostParams
+from sim.llamacpp.params import BAND, CostParams
 
-# 90% bands of measured / simulated, from calibration/llamacpp.yaml (sim fit-offload writes them there)
-DEFAULT_BAND = {"tg": (0.8, 1.25), "pp": (0.6, 1.6)}
+DEFAULT_BAND = BAND  # 90% bands of measured / simulated (calibration/llamacpp.yaml, sim.llamacpp.params.BAND)
 
 
 @dataclass(frozen=True)
@@ -106,10 +105,13 @@ class Advice:
 def candidate_settings(base: LlamaCpp, moe_layers: int, layers: int, ubatches: tuple[int, ...] = (512, 1024, 2048),
                        kv_types: tuple[str, ...] = ("f16", "q8_0"), parallel: tuple[int, ...] = (1,),
                        ngl_steps: int = 8) -> list[LlamaCpp]:
-    """The flags searched: every ``--n-cpu-moe`` from 0 to all MoE layers with every layer on the GPU; a layer
-    split (``-ngl``, no CPU experts beyond what the split leaves) at ``ngl_steps`` points; each at every ubatch, KV
-    type and slot count."""
-    placements = [{"n_gpu_layers": layers + 1, "n_cpu_moe": n} for n in range(moe_layers + 1)]
+    """The flags searched: every ``--n-cpu-moe`` from none to all MoE layers' experts on the CPU, every layer on the
+    GPU (the flag counts blocks from the first, so a model whose first blocks are dense goes up to its block count);
+    a layer split (``-ngl``, no CPU experts beyond what the split leaves) at ``ngl_steps`` points; each at every
+    ubatch, KV type and slot count."""
+    dense_first = layers - moe_layers
+    counts = [0] + list(range(dense_first + 1, layers + 1))
+    placements = [{"n_gpu_layers": layers + 1, "n_cpu_moe": n} for n in counts]
     step = max((layers + 1) // ngl_steps, 1)
     placements += [{"n_gpu_layers": ngl, "n_cpu_moe": 0} for ngl in range(0, layers + 1, step)]
     out = []
@@ -129,7 +131,8 @@ def evaluate(scn: Scenario, machine: str, settings: LlamaCpp, *, n_prompt: int, 
     if ram is not None and st.ram_gib() > ram:
         raise SimulationError(f"CPU: {st.ram_gib():.2f} GiB does not fit in {ram:g} GiB of host RAM")
     for mem in st.memory:
-        if mem.free is not None and mem.excess == 0 and mem.total > mem.free - margin_gib * 2**30:
+        used = mem.weights > 0 or mem.kv > 0
+        if used and mem.free is not None and mem.excess == 0 and mem.total > mem.free - margin_gib * 2**30:
             raise SimulationError(f"{mem.device}: {mem.total / 2**30:.2f} GiB of {mem.free / 2**30:.2f} GiB free "
                                   f"leaves less than the {margin_gib:g} GiB margin")
     e = st.engine
@@ -175,8 +178,11 @@ def advise(scn: Scenario, machine: str, *, n_prompt: int = 512, n_gen: int = 128
     else:
         out.candidates = spilling
     for test, (settings, measured) in (anchor or {}).items():
-        c = evaluate(scn, machine, settings.model_copy(update={"ctx_size": ctx}), n_prompt=n_prompt, n_gen=n_gen,
-                     depth=depth, params=params)
+        try:
+            c = evaluate(scn, machine, settings.model_copy(update={"ctx_size": ctx}), n_prompt=n_prompt, n_gen=n_gen,
+                         depth=depth, params=params)
+        except SimulationError as exc:
+            raise ScenarioError("--anchor", test, f"its placement does not load here: {exc}") from None
         rate = c.tg_tok_s if test == "tg" else c.pp_tok_s
         out.anchor[test] = measured / rate
         if band_within and test in band_within:  # narrower only when one setup's spread is narrower

@@ -56,9 +56,13 @@ def run_test(setup: LlamaSetup, n_prompt: int, n_gen: int, n_depth: int) -> Benc
         parts = [e.ubatch(min(ubatch, n_prompt - done), n_depth + done) for done in range(0, n_prompt, ubatch)]
     else:
         seconds, tokens = e.generate_s(n_gen, n_depth), n_gen
-        mid = e.decode_step(1, n_depth + (n_gen - 1) / 2)
-        parts = [mid] * n_gen
-    sums = {k: sum(getattr(p, k) for p in parts) for k in ("gpu_s", "cpu_s", "link_s", "split_s", "fixed_s")}
+        first, last = e.decode_step(1, n_depth), e.decode_step(1, n_depth + n_gen - 1)
+        parts = [first, last] if n_gen > 1 else [first]
+    keys = ("gpu_s", "cpu_s", "link_s", "split_s", "fixed_s")
+    if n_prompt:
+        sums = {k: sum(getattr(p, k) for p in parts) for k in keys}
+    else:  # generate_s: tokens x the mean of the first and last step
+        sums = {k: n_gen * sum(getattr(p, k) for p in parts) / len(parts) for k in keys}
     return BenchRow(setup.machine, test_name(n_prompt, n_gen, n_depth), n_prompt, n_gen if not n_prompt else 0,
                     n_depth, tokens / seconds if seconds > 0 else float("nan"), seconds, **sums,
                     vram_gib=setup.vram_gib(), ram_gib=setup.ram_gib())

@@ -104,7 +104,7 @@ class StepParts:
 
     gpu_s: float = 0.0
     cpu_s: float = 0.0
-    link_s: float = 0.0  # weights copied to a card for a large batch, and reads of spilled memory beyond VRAM speed
+    link_s: float = 0.0  # weights copied to a card for a large batch (a card's reads of spilled memory: in gpu_s)
     split_s: float = 0.0
     fixed_s: float = 0.0
 
@@ -237,9 +237,9 @@ class Engine:
         return total
 
     def generate_s(self, tokens: int, context: float = 0.0, batch: int = 1) -> float:
-        """``tokens`` decode steps of ``batch`` sequences from ``context`` tokens of KV on (s). A step is linear in
-        its context between kinks of the max() of reads and arithmetic; the mean of the first and last step's
-        time, and the middle one's, agree for a straight line and bound a kinked one closely."""
+        """``tokens`` decode steps of ``batch`` sequences from ``context`` tokens of KV on (s): ``tokens`` times the
+        mean of the first and the last step, exact while a step is linear in its context (between the kinks of the
+        max() of reads and arithmetic) and close across one."""
         if tokens <= 0:
             return 0.0
         first = self.decode_step(batch, context).total_s

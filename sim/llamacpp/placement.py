@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from sim.core.errors import ScenarioError
+from sim.config.llamacpp import parse_rules  # noqa: F401 - re-exported: the rules are parsed where they are checked
 from sim.modelfiles.geometry import ModelGeometry
 
 CPU = "CPU"
@@ -156,29 +156,6 @@ class Placement:
         """Blocks whose routed experts are (mostly) on the CPU."""
         return sum(1 for b, role, parts in self.path if role == "experts"
                    and max(parts, key=lambda x: x[1])[0] == CPU)
-
-
-def parse_rules(rules: list[str], source: str, key: str, gpus: tuple[str, ...]) -> list[tuple[re.Pattern, str]]:
-    """``-ot`` rules ``REGEX=BUFFER`` as (compiled expression, device). A buffer is CPU or a card (CUDA0, ...; any
-    case; a ``_Host``/``_Mapped`` suffix is CPU memory too)."""
-    out = []
-    for i, rule in enumerate(rules):
-        pattern, sep, buffer = rule.rpartition("=")
-        if not sep or not pattern:
-            raise ScenarioError(source, f"{key}.{i}", f"'{rule}': expected a rule REGEX=BUFFER, e.g. "
-                                "'blk\\.(1[0-9])\\.ffn_.*_exps=CPU'")
-        try:
-            compiled = re.compile(pattern)
-        except re.error as exc:
-            raise ScenarioError(source, f"{key}.{i}", f"'{pattern}': not a regular expression ({exc})") from None
-        device = buffer.strip().upper()
-        if device.endswith(("_HOST", "_MAPPED")) or device == CPU:
-            device = CPU
-        elif device not in gpus:
-            raise ScenarioError(source, f"{key}.{i}", f"buffer '{buffer}': expected CPU or one of the machine's "
-                                f"cards ({', '.join(gpus) or 'none'})")
-        out.append((compiled, device))
-    return out
 
 
 def place(model: ModelTensors, *, n_gpu_layers: int, gpus: tuple[str, ...], split: list[float],

@@ -202,7 +202,9 @@ def read_gguf(path: str, kv_type: str = "f16") -> ModelGeometry:
         bits_per_weight_dense=8 * dense_bytes / dense_elems if dense_elems else 0.0, expert_bytes=expert_one,
         dense_bytes=float(dense_bytes), weights_bytes=float(dense_bytes + expert_bytes), source=path, quant=quant,
         embedding_params=vocab * hidden, attention_layers=len(attention), notes=tuple(notes),
-        embedding_bytes=float(roles["embedding"]), output_bytes=float(roles["output"] or roles["embedding"]),
+        embedding_bytes=float(roles["embedding"]),
+        output_bytes=float(roles["output"] + (0 if any(t.name == "output.weight" for t in tensors)
+                                              else roles["embedding"])),  # tied: llama.cpp copies the embedding
         attention_bytes=float(roles["attention"]), ffn_bytes=float(roles["ffn"]))
 
 

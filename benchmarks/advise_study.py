@@ -37,8 +37,8 @@ def public_sweeps() -> list[str]:
     table = read_table(ROOT)
     lines = ["## Advice for the public sweeps", "",
              "Per sweep (one machine, one model, llama.cpp mainline; the rows of `calibration/offload_public.csv`): "
-             "the placement `sim advise` ranks first among the ones the sweep measured (as advise does, one that spills "
-             "into shared memory only if all do), its measured tg, and the sweep's best measured placement. "
+             "the placement `sim advise` ranks first among the ones the sweep measured (as advise does, one that "
+             "spills into shared memory only if all do), its measured tg, and the sweep's best measured placement. "
              "Repeated placements: the median of their rows.", "",
              "| sweep | role | flag | advised | predicted tg | measured tg there | best measured | best tg | "
              "advised / best |", "|---|---|---|---|---|---|---|---|---|"]

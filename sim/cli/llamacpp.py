@@ -97,19 +97,6 @@ def _anchor(text: str | None, base) -> dict:
     return out
 
 
-def _bands():
-    """The 90% bands (measured / simulated) of calibration/llamacpp.yaml shipped with the package."""
-    from sim.llamacpp.params import BAND, BAND_WITHIN
-
-    return BAND, BAND_WITHIN
-
-
-def advice_lines(adv, what: dict, top: int) -> list[str]:
-    from sim.cli.llamacpp_text import advice_text
-
-    return advice_text(adv, what, top)
-
-
 @main.command()
 @click.argument("scenario", required=False, type=click.Path(exists=True, dir_okay=False))
 @machine_options
@@ -164,7 +151,9 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
     scn, machine = _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name,
                                      slot_gen, slot_lanes, reserved_gib)
     base = scn.machines[machine].engine.llamacpp
-    band, within = _bands()
+    from sim.llamacpp.params import BAND as band
+    from sim.llamacpp.params import BAND_WITHIN as within
+
     adv = search(scn, machine, n_prompt=n_prompt, n_gen=n_gen, depth=depth, ctx=ctx, anchor=_anchor(anchor, base),
                  ubatches=ints(ubatches, "--ubatch"), kv_types=kvs, parallel=ints(parallel, "--parallel"),
                  band=band, band_within=within, margin_gib=margin_gib)
@@ -178,7 +167,9 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
 
         click.echo(json.dumps(advice_json(adv, what, top), indent=2, allow_nan=False))
         return
-    click.echo("\n".join(advice_lines(adv, what, top)))
+    from sim.cli.llamacpp_text import advice_text
+
+    click.echo("\n".join(advice_text(adv, what, top)))
 
 
 @main.command("fit-offload")

@@ -160,6 +160,7 @@ class Engine:
         acc = _Acc()
         here = CPU  # the token embedding is looked up on the CPU
         att_flops_per_ctx = 4.0 * g.heads * g.head_dim
+        cell = kv_bytes_per_cell(pl, self.cache_type_k, self.cache_type_v)
         for block, role, parts in self._path():
             for device, nbytes, params in parts:
                 flops = 2.0 * params * batch
@@ -175,7 +176,7 @@ class Engine:
                 acc.add(device, seconds)
             if role == "attention":
                 kv_dev = self._kv_device(block)
-                kv = batch * context * kv_bytes_per_cell(pl, block, self.cache_type_k, self.cache_type_v)
+                kv = batch * context * cell
                 if kv_dev != here:
                     acc.split += p.split_s
                     here = kv_dev
@@ -201,6 +202,7 @@ class Engine:
         here = CPU
         offload = self.op_offload and hw.main_gpu is not None and tokens >= self.offload_min_batch
         att_flops = 4.0 * g.heads * g.head_dim * tokens * (context + tokens / 2.0)
+        cell = kv_bytes_per_cell(pl, self.cache_type_k, self.cache_type_v)
         for block, role, parts in self._path():
             for device, nbytes, params in parts:
                 flops = 2.0 * params * tokens
@@ -219,7 +221,7 @@ class Engine:
                 acc.add(run_on, hw.part_s(run_on, read, flops))
             if role == "attention":
                 kv_dev = self._kv_device(block)
-                kv = context * kv_bytes_per_cell(pl, block, self.cache_type_k, self.cache_type_v)
+                kv = context * cell
                 if kv_dev != here:
                     acc.split += p.split_s
                     here = kv_dev

@@ -56,8 +56,9 @@ class DeviceMemory:
         return f"{self.device}: {gib} of {self.free / GIB:.2f} GiB free"
 
 
-def kv_bytes_per_cell(placement: Placement, block: int, cache_type_k: str, cache_type_v: str) -> float:
-    """One token's K and V in one block at the cache types (bytes): the geometry's f16 KV, K and V halves scaled."""
+def kv_bytes_per_cell(placement: Placement, cache_type_k: str, cache_type_v: str) -> float:
+    """One token's K and V in one block at the cache types (bytes): the geometry's f16 KV, K and V halves scaled
+    (every block with a KV cache holds the same)."""
     f16 = placement.model.kv_bytes_per_token_per_block
     return f16 / 2 * (KV_TYPE_BYTES[cache_type_k] + KV_TYPE_BYTES[cache_type_v]) / 2.0
 
@@ -84,7 +85,7 @@ def device_memory(placement: Placement, *, ctx_size: int, ubatch: int, cache_typ
     """Every device's allocations: the CPU first, then each card in order."""
     out = []
     homes = [home if kv_offload else CPU for home in placement.block_device]
-    cell = kv_bytes_per_cell(placement, 0, cache_type_k, cache_type_v)  # every block's cell holds the same bytes
+    cell = kv_bytes_per_cell(placement, cache_type_k, cache_type_v)
     for device in (CPU, *placement.gpus):
         kv = ctx_size * cell * homes.count(device)
         compute = compute_buffer_bytes(placement, device, ubatch, ctx_size, flash_attn)

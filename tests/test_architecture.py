@@ -18,6 +18,7 @@ LAYERS = [
     ["sim.catalog", "sim.modelfiles"],  # hardware specs shipped with the package; a model's geometry from its file
     ["sim.config"],  # scenario schema, checks, loading, dotted paths, links
     ["sim.lab", "sim.serving"],  # the two simulators' foundations: machines that load and dispatch; the queue
+    ["sim.batching"],  # the continuous-batching engine dense and MoE kinds share
     ["sim.moe", "sim.dense", "sim.llamacpp"],  # the engine kinds
     ["sim.engines"],  # which kind serves a scenario
     ["sim.runner"],  # one run: loads, jobs, the served workload

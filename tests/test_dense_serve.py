@@ -1,4 +1,4 @@
-"""A dense model under continuous batching (sim.dense.step, sim.dense.server): the roofline in closed form against
+"""A dense model under continuous batching (sim.batching): the per-operator rooflines in closed form against
 iteration-by-iteration sums, the fast event loop against the per-iteration reference, a lone request's time, the
 memory-bound/compute-bound knee, the KV pool, an M/D/1 oracle and Little's law."""
 
@@ -14,12 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim import ScenarioError
+from sim.batching.cost import KIB, StepCost
 from sim.config.load import validate
 from sim.config.paths import set_dotted
 from sim.core.units import GIB
 from sim.dense.serve import dense_metrics, serve_dense
 from sim.dense.setup import setup_dense
-from sim.dense.step import KIB, IterationCost
 
 
 def dense_scenario(**over):
@@ -55,19 +55,30 @@ def run(scn, seed=0, exact=False):
 
 @given(k=st.integers(1, 300), context=st.integers(0, 2_000_000), n=st.integers(1, 2000),
        weights=st.floats(1e-4, 0.05), kv=st.floats(1e-9, 1e-5), token=st.floats(1e-6, 1e-3),
-       pair=st.floats(1e-11, 1e-7), overhead=st.floats(0.0, 0.01))
-def test_a_decode_run_in_closed_form_is_the_sum_of_its_iterations(k, context, n, weights, kv, token, pair, overhead):
-    c = IterationCost(overhead, weights, kv, token, pair)
-    times = [c.iteration_s(k, context + k * s, context + k * s) for s in range(n)]
+       pair=st.floats(1e-11, 1e-7), overhead=st.floats(0.0, 0.01), q=st.integers(1, 4),
+       growth=st.floats(0.0, 4.0))
+def test_a_decode_run_in_closed_form_is_the_sum_of_its_iterations(k, context, n, weights, kv, token, pair, overhead,
+                                                                  q, growth):
+    c = StepCost(overhead, weights, token, kv, pair, positions_per_step=q)
+    g = growth * k  # tokens the batch's KV grows by per iteration
+    times = [c.iteration_s(k, context + g * s) for s in range(n)]
     brute = float(np.sum([t for t, _ in times]))
-    assert c.run_s(k, context, n) == pytest.approx(brute, rel=1e-9)
-    memory = [c.weights_s + c.kv_s_per_token * (context + k * s) for s in range(n)]
-    compute = [c.token_s * k + c.pair_s * (context + k * s) for s in range(n)]
-    ties = sum(abs(a - b) <= 1e-12 * max(a, b) for a, b in zip(memory, compute, strict=True))
-    assert abs(c.memory_bound_steps(k, context, n) - sum(bound for _, bound in times)) <= ties
+    assert c.run_s(k, context, n, g) == pytest.approx(brute, rel=1e-9)
+    assert c.memory_bound_steps(k, n) == sum(bound for _, bound in times)
     for seconds in (0.0, brute / 3, brute / 2, brute * 0.999, brute):
-        s = c.steps_within(k, context, n, seconds)
-        assert c.run_s(k, context, s) <= seconds and (s == n or c.run_s(k, context, s + 1) > seconds)
+        m = c.steps_within(k, context, n, seconds, g)
+        assert c.run_s(k, context, m, g) <= seconds and (m == n or c.run_s(k, context, m + 1, g) > seconds)
+
+
+def test_an_iteration_adds_its_operators_rooflines():
+    """Reads of one operator do not hide under another's arithmetic: a chunk's products, the decoders' KV reads and
+    the chunk's attention each take their own roofline, and the iteration is their sum."""
+    c = StepCost(0.001, 0.010, 1e-4, 1e-7, 1e-9)
+    t, bound = c.iteration_s(16, 50_000, chunk_tokens=496, chunk_reads=2_000, chunk_pairs=600_000)
+    linear = max(0.010, 1e-4 * 512)
+    assert t == pytest.approx(0.001 + linear + max(1e-7, 1e-9) * 50_000 + max(1e-7 * 2_000, 1e-9 * 600_000))
+    assert not bound  # 512 positions: the products outlast the weights' read
+    assert t > 0.001 + max(0.010 + 1e-7 * 52_000, 1e-4 * 512 + 1e-9 * 650_000)  # more than one roofline over all
 
 
 # --- the event loop -------------------------------------------------------------------------------------------------
@@ -96,10 +107,11 @@ def test_a_lone_request_takes_its_roofline_time():
     setup, recs, m = run(scn)
     c = setup.cost
     # prefill: 1,000 tokens in chunks of 512 and 488; each reads the KV before it and its own, attends to both
-    first = c.iteration_s(512, 512, 512 * 513 / 2)[0] + c.iteration_s(488, 1000, 488 * 512 + 488 * 489 / 2)[0]
+    first = c.iteration_s(0, 0, 512, 512, 512 * 513 / 2)[0] \
+        + c.iteration_s(0, 0, 488, 1000, 488 * 512 + 488 * 489 / 2)[0]
     assert recs[0].ttft_s == pytest.approx(first, rel=1e-12)
     # decode: 49 more tokens, one per iteration, the context growing from 1,001
-    decode = sum(c.overhead_s + max(c.weights_s + c.kv_s_per_token * (1001 + s), c.token_s + c.pair_s * (1001 + s))
+    decode = sum(c.overhead_s + max(c.weights_s, c.token_s) + max(c.kv_s_per_token, c.pair_s) * (1001 + s)
                  for s in range(49))
     assert recs[0].decode_s == pytest.approx(decode, rel=1e-12)
     assert m["iterations"] == 2 + 49
@@ -122,9 +134,10 @@ def test_small_batches_are_bound_by_reading_the_weights_large_ones_by_arithmetic
         assert m["memory_bound_share"] > 0.95
         assert m["decode_tok_s"] == pytest.approx(small[1]["decode_tok_s"], rel=0.15)
     assert small[16]["throughput_tok_s"] > 10 * small[1]["throughput_tok_s"]
-    big = run(closed_loop(256))[2]  # compute-bound: the products of 256 tokens, whatever the weights
-    assert big["memory_bound_share"] < 0.05
-    assert big["throughput_tok_s"] == pytest.approx(1 / c.token_s, rel=0.12)
+    big = run(closed_loop(256))[2]  # compute-bound: the products of 256 tokens, whatever the weights, then the
+    assert big["memory_bound_share"] < 0.05  # KV reads of 256 contexts of about 60 tokens (their own kernels)
+    iteration = c.overhead_s + 256 * c.token_s + c.kv_s_per_token * 256 * 60
+    assert big["throughput_tok_s"] == pytest.approx(256 / iteration, rel=0.12)
     assert big["throughput_tok_s"] < 1 / c.token_s
 
 

@@ -141,6 +141,12 @@ def _engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
     if spec is not None and spec.moe is not None and e.iteration is not None:
         errs.append((f"{p}.iteration", "...", "no 'iteration' section for an MoE model (its decode step cost is "
                      "under 'step')"))
+    if spec is not None and spec.moe is not None and e.scheduler is not None and not e.batching:
+        errs.append((f"{p}.scheduler", "...", "batching: true beside it (a scheduler batches; slots taking turns "
+                     "have none)"))
+    if e.slots == "shared" and (e.batching or (spec is not None and spec.moe is None)):
+        errs.append((f"{p}.slots", "shared", "split, or no key: only slots taking turns on an MoE engine share or "
+                     "split a cache (batched sequences always share it)"))
     # a model naming neither section (or both) is reported above; its engine is checked as the default kind's
     return errs + ENGINE_CHECKS[engine_kind(s, e) or "moe"](s, m, p, e)
 

@@ -128,10 +128,9 @@ class LayerSplit(Strict):
 
 
 class Iteration(Strict):
-    """Iteration cost of a dense continuous-batching engine (sim.dense.step): each iteration takes ``overhead_s`` +
-    the longer of its reads (weights once, plus every sequence's KV) at ``memory_efficiency`` x the card's
-    ``hbm_gbps`` and its arithmetic (2 FLOPs per parameter per token, attention per token pair) at
-    ``compute_efficiency`` x its ``tflops``."""
+    """Iteration cost of a dense continuous-batching engine (sim.batching.cost): ``overhead_s`` plus each operator's
+    roofline (linear layers, decode attention, prefill attention), the longer of its reads at ``memory_efficiency``
+    x the card's ``hbm_gbps`` and its arithmetic at ``compute_efficiency`` x its ``tflops``, summed."""
 
     memory_efficiency: float | None = Field(
         None, ge=MIN_FRACTION, le=1,
@@ -148,6 +147,33 @@ class Iteration(Strict):
         None, gt=0, le=MAX_GIB,
         description="VRAM for KV (GiB). Default: the card's VRAM less other tenants, the weights and "
         "runtime_gib.")
+
+
+class Scheduler(Strict):
+    """A continuous-batching engine's scheduler (sim.batching), its knobs named as vLLM names them. Each left out takes
+    the engine's older key (``parallel``, ``iteration.token_budget``, ``iteration.kv_pool_gib``) or vLLM's default."""
+
+    max_num_seqs: int | None = Field(
+        None, gt=0, le=4096, description="Sequences an iteration batches at most (default: the engine's parallel).")
+    max_num_batched_tokens: int | None = Field(
+        None, gt=0, le=1_000_000, description="Tokens one iteration processes at most: every decoding sequence's "
+        "step first, then prompt chunks (default: iteration.token_budget, 512).")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="Share of the card's VRAM the engine takes for weights, activations "
+        "(runtime_gib) and the KV pool, as vLLM sizes it; other tenants must leave that much free (fraction). "
+        "Default: all the VRAM other tenants leave.")
+    num_gpu_blocks_override: int | None = Field(
+        None, gt=0, le=100_000_000, description="KV blocks of the pool, as the engine's log reports them ('# GPU "
+        "blocks'); replaces the pool sized from VRAM.")
+    block_size: int = Field(16, gt=0, le=4096, description="Tokens per KV block.")
+    enable_chunked_prefill: bool = Field(
+        True, description="Prompts in chunks mixed into decode iterations; off: each prompt whole in an iteration "
+        "of its own while the decoders wait.")
+    enable_prefix_caching: bool = Field(
+        True, description="Tokens already in the prefix cache (a request's cached_tokens) are not prefilled.")
+    preemption_mode: Literal["recompute", "swap"] = Field(
+        "recompute", description="When the KV pool is full: recompute (free the newest sequence's KV, prefill it "
+        "again later) or swap (its KV to host memory over the link and back).")
 
 
 class Engine(Strict):
@@ -189,6 +215,12 @@ class Engine(Strict):
     step: StepCost = StepCost()
     iteration: Iteration | None = Field(
         None, description="A dense model's iteration cost (continuous batching of up to `parallel` sequences).")
+    scheduler: Scheduler | None = Field(
+        None, description="Continuous batching's scheduler knobs (vLLM's names); with a dense model or "
+        "batching: true.")
+    slots: Literal["split", "shared"] = Field(
+        "split", description="Slots taking turns (parallel > 1, no batching): split divides the expert cache among "
+        "them (each sequence its share); shared keeps one cache every slot's steps use in turn.")
     power: Power | None = None
     llamacpp: LlamaCpp | None = Field(
         None, description="llama.cpp's placement and buffers (sim.llamacpp): the engine is llama.cpp, the "

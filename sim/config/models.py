@@ -52,6 +52,9 @@ class Moe(Strict):
         None, ge=0, le=MAX_WEIGHTS_GIB,
         description="Weights outside the routed experts: attention, shared experts, embeddings (GiB).")
     kv_kib_per_token: float | None = Field(None, ge=0, le=MAX_KIB, description="KV cache per token of context (KiB).")
+    hidden: int | None = Field(
+        None, gt=0, le=1_000_000, description="Model width: attention costs 4 x layers x hidden FLOPs per pair of a "
+        "position and a context token (continuous batching's prefill attention). Default: not counted.")
     bits_per_weight: float | None = Field(
         None, ge=1, le=32, description="Bits per weight of the experts and dense weights (from the model file's "
         "tensor types): turns bytes into parameters for the arithmetic a step does. Default: 4.5 (Q4_K), assumed.")

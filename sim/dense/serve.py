@@ -1,7 +1,7 @@
 """Serving a dense model with continuous batching: the dense engine kind.
 
 ``serve`` builds the workload (:mod:`sim.serving.workload`) and moves it through the queue into the batching loop
-of :mod:`sim.dense.server`, whose iterations cost what the roofline of :mod:`sim.dense.step` says. Metrics: the
+of :mod:`sim.batching.server`, whose iterations cost what :class:`sim.batching.cost.StepCost` says. Metrics: the
 server's (throughput, TTFT, queueing), decode rates and time per output token, batch size, KV use and preemptions,
 and how many iterations were bound by memory reads.
 """
@@ -12,10 +12,12 @@ from functools import partial
 
 import numpy as np
 
+from sim.batching.metrics import batching_metrics
+from sim.batching.pool import max_num_seqs
+from sim.batching.server import BatchingServer
 from sim.config.scenario import Scenario
 from sim.core.output import Table
 from sim.dense.report import report_lines
-from sim.dense.server import DenseServer
 from sim.dense.setup import DenseSetup, setup_dense
 from sim.serving.engine import ServeRun
 from sim.serving.metrics import load_metrics, share
@@ -32,7 +34,8 @@ def _serve_table(setup: DenseSetup, table: RequestTable, max_tokens: int | None,
     zeros = np.zeros(n)
     work = Work(zeros, zeros, total_s=zeros, output_tokens=out, capped=out < table.output_tokens,
                 telemetry={"decode_s": np.zeros(n)})
-    server = partial(DenseServer, setup=setup, prompt=table.prompt_tokens, cached=table.cached_tokens, exact=exact)
+    server = partial(BatchingServer, cost=setup.cost, sched=setup.scheduler, prompt=table.prompt_tokens,
+                     cached=table.cached_tokens, exact=exact)
     tl, eng = run_queue(table, work, spec, rng, server)
     share = np.asarray(eng.share_s)  # GPU seconds: each iteration's time divided among its sequences
     sums = {"decode_s": work.telemetry["decode_s"], "compute_s": share}
@@ -47,8 +50,8 @@ def serve_dense(scn: Scenario, rng: np.random.Generator, exact: bool = False) ->
     sv = scn.serve
     setup = setup_dense(scn, sv.machine)
     table = build_table(sv, rng)
-    return _serve_table(setup, table, max_tokens=sv.max_tokens, spec=QueueSpec.of(sv, setup.spec.parallel), rng=rng,
-                        exact=exact)
+    spec = QueueSpec.of(sv, max_num_seqs(setup.spec))
+    return _serve_table(setup, table, max_tokens=sv.max_tokens, spec=spec, rng=rng, exact=exact)
 
 
 class DenseEngine:
@@ -90,33 +93,15 @@ def dense_metrics(run: ServeRun) -> dict[str, float]:
     out = load_metrics(recs, tl, setup.vram)
     r = recs.subset(recs.served)
     span = tl.makespan_s
-    busy = stats["busy_s"]
-    iterations = stats["iterations"]
-    out |= {
-        "kv_pool_tokens": float(setup.kv_pool_tokens),
-        "kv_pool_gib": setup.kv_pool_gib,
-        "kv_peak_share": stats["kv_peak_tokens"] / setup.kv_pool_tokens,
-        "kv_mean_share": share(stats["kv_area"] / busy, setup.kv_pool_tokens) if busy > 0 else 0.0,
-        "kv_preemptions": float(stats["preemptions"]),
-        "iterations": float(iterations),
-        "memory_bound_share": stats["memory_bound_iterations"] / iterations if iterations else 0.0,
-        "prefill_iteration_share": stats["prefill_iterations"] / iterations if iterations else 0.0,
-        "batch_mean": stats["batch_area"] / busy if busy > 0 else 0.0,
-    }
+    out |= {"kv_pool_gib": setup.kv_pool_gib} | batching_metrics(stats, setup.kv_pool_tokens, recs, tl)
     if len(r):
         tokens = int(r.output_tokens.sum())
         decode_wall = float(r.decode_s.sum())
-        after_first = r.output_tokens - 1  # the first token comes with the prefill
-        decoded = (after_first > 0) & (r.decode_s > 0)
-        tpot = r.decode_s[decoded] / after_first[decoded]
         out |= {
             "decode_tok_s": (tokens - len(r)) / decode_wall if decode_wall > 0 else float("nan"),
             "ttft_s_median": float(np.median(r.ttft_s)),
             "requests": float(len(r)),
             "output_tokens": float(tokens),
-            "gpu_busy_share": share(busy, span),
+            "gpu_busy_share": share(stats["busy_s"], span),
         }
-        if tpot.size:
-            out |= {"decode_tok_s_median": float(np.median(1 / tpot)), "tpot_p50_s": float(np.percentile(tpot, 50)),
-                    "tpot_p99_s": float(np.percentile(tpot, 99))}
     return out

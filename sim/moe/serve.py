@@ -2,9 +2,11 @@
 
 ``serve`` builds the workload (:mod:`sim.serving.workload`), samples every request's GPU work (decode by
 :mod:`sim.moe.decode_batch` or, with ``fidelity: lookups``, :mod:`sim.moe.lookups`; prefill by :mod:`sim.moe.prefill`)
-and moves the requests through the queue (:mod:`sim.serving.queue`: slots taking turns on the GPU, or one batch
-of them with ``engine.batching``, :mod:`sim.moe.batching`). Metrics are what the engines print: hit rate over
-lookups, share of routed experts read over PCIe, decode tok/s, where decode time goes, energy.
+and moves the requests through the queue (:mod:`sim.serving.queue`: slots taking turns on the GPU), or with
+``engine.batching`` through the continuous-batching engine dense models share (:mod:`sim.batching`: chunked
+prefill, a KV pool, admission and preemption), its experts an operator of the iteration
+(:mod:`sim.moe.batch_cost`). Metrics are what the engines print: hit rate over lookups, share of routed experts read
+over PCIe, decode tok/s, where decode time goes, energy.
 """
 
 from __future__ import annotations
@@ -13,17 +15,21 @@ from functools import partial
 
 import numpy as np
 
+from sim.batching.metrics import batching_metrics
+from sim.batching.pool import Pool, max_num_seqs, scheduler_for
+from sim.batching.server import BatchingServer
 from sim.config.scenario import Scenario
 from sim.core.output import Table
-from sim.moe.batching import BatchServer, BatchSteps, batch_lookups
-from sim.moe.decode_batch import FIELDS, decode_many, steps_needed
+from sim.moe.batch_cost import TALLY, kv_pool_tokens, moe_step_cost
+from sim.moe.decode_batch import decode_many, engine_step_law, steps_needed
+from sim.moe.expert_counts import draws_per_step
 from sim.moe.lookups import decode_request
 from sim.moe.prefill import prefill_seconds
 from sim.moe.report import report_lines
 from sim.moe.setup import EngineSetup, setup_engine
 from sim.serving.engine import ServeRun
 from sim.serving.metrics import SPILL_BUCKETS, fsum, load_metrics, share, spill_buckets
-from sim.serving.queue import QueueSpec, SharedGpuServer, Timeline, Work, run_queue
+from sim.serving.queue import QueueSpec, Timeline, Work, run_queue
 from sim.serving.served import ServedRequests, as_served
 from sim.serving.telemetry import SUM_NAMES, TABLE
 from sim.serving.workload import RequestTable, build_table
@@ -32,22 +38,15 @@ from sim.serving.workload import RequestTable, build_table
 def request_work(eng: EngineSetup, table: RequestTable, max_tokens: int | None, rng: np.random.Generator,
                  fidelity: str = "counts") -> Work:
     """Every request's GPU work alone on the engine: its prefill, and its decode sampled up front (it does not depend
-    on the queue); with batching only the verification steps each needs (a batch step's cost depends on the batch)."""
+    on the queue)."""
     out = table.output_tokens if max_tokens is None else np.minimum(table.output_tokens, max_tokens)
     capped = out < table.output_tokens
-    if eng.spec.batching:
-        acc = np.where(np.isnan(table.acceptance), eng.moe.draft.acceptance, table.acceptance)
-        d = {f: np.zeros(out.size) for f in FIELDS}
-        d["steps"] = steps_needed(out, acc, eng.moe.draft.tokens, rng).astype(float)
-        d["output_tokens"] = out.astype(float)
-        batch_lookups(eng, d["steps"].astype(np.int64), d, rng)
-    elif fidelity == "counts":
+    if fidelity == "counts":
         d = decode_many(eng, out, table.acceptance, rng)
     else:  # every lookup sampled, request by request (slow; for checking the counts law)
         rows = [decode_request(eng, int(k), rng, float(a)) for k, a in zip(out, table.acceptance, strict=True)]
         d = {key: np.array([r[key] for r in rows], dtype=float) for key in rows[0]} if rows else {}
-    if not eng.spec.batching:
-        add_context_reads(eng, d, table.prompt_tokens.astype(float))
+    add_context_reads(eng, d, table.prompt_tokens.astype(float))
     pre = prefill_seconds(eng, table.prompt_tokens, table.cached_tokens)
     return Work(pre, pre + d["first_step_s"], total_s=pre + d["decode_s"], output_tokens=out, capped=capped,
                 telemetry=d)
@@ -71,13 +70,12 @@ def _served(eng: EngineSetup, table: RequestTable, work: Work, tl: Timeline, sha
     """The requests' telemetry. A request that shared the GPU (``shared``: batched, or slots taking turns) decodes in
     wall time and keeps its GPU seconds apart; slots taking turns: from its first token to its end, plus its first
     step."""
-    d, e = work.telemetry, eng.spec
+    d = work.telemetry
     sums = {k: d[k] for k in SUM_NAMES}
     gpu = None
     if shared:
         gpu = d["compute_s"] + d["stall_s"] + d["eager_s"] + d["host_s"]
-        if not e.batching:
-            sums["decode_s"] = tl.end_s - tl.first_token_s + d["first_step_s"]
+        sums["decode_s"] = tl.end_s - tl.first_token_s + d["first_step_s"]
     return ServedRequests.of_run(table, tl, output_tokens=work.output_tokens, prefill_s=work.prefill_s, sums=sums,
                                  decode_gpu_s=gpu)
 
@@ -96,13 +94,11 @@ class MoeEngine:
         sv = scn.serve
         eng = setup_engine(scn, sv.machine)
         table = build_table(sv, rng)
-        work = request_work(eng, table, sv.max_tokens, rng, sv.fidelity)
-        server = SharedGpuServer
         if eng.spec.batching:
-            server = partial(BatchServer, steps=work.telemetry["steps"].astype(np.int64), sampler=BatchSteps(eng, rng),
-                             context=table.prompt_tokens.astype(float))
-        tl, _ = run_queue(table, work, QueueSpec.of(sv, eng.spec.parallel), rng, server)
-        return ServeRun(eng, _served(eng, table, work, tl, eng.spec.batching or eng.spec.parallel > 1), tl)
+            return serve_batched(eng, table, sv.max_tokens, QueueSpec.of(sv, max_num_seqs(eng.spec)), rng)
+        work = request_work(eng, table, sv.max_tokens, rng, sv.fidelity)
+        tl, _ = run_queue(table, work, QueueSpec.of(sv, eng.spec.parallel), rng)
+        return ServeRun(eng, _served(eng, table, work, tl, eng.spec.parallel > 1), tl)
 
     def replay(self, scn: Scenario, table: RequestTable, rng: np.random.Generator) -> ServeRun:
         """One request after another, one decode slot, every lookup's law by counts; no cap on lengths."""
@@ -113,7 +109,10 @@ class MoeEngine:
         return ServeRun(eng, _served(eng, table, work, tl, shared=False), tl)
 
     def metrics(self, run: ServeRun) -> dict[str, float]:
-        return serve_metrics(run.setup, run.requests, run.timeline)
+        out = serve_metrics(run.setup, run.requests, run.timeline)
+        if run.counters:  # continuous batching: the pool, the batch, preemptions, time per output token
+            out |= batching_metrics(run.counters, int(run.memo["kv_pool_tokens"]), run.requests, run.timeline)
+        return out
 
     def tables(self, run: ServeRun) -> dict[str, Table]:
         return {"requests": Table(TABLE, run.requests.table_rows()),
@@ -124,6 +123,59 @@ class MoeEngine:
 
     def report_lines(self, scn: Scenario, run: ServeRun, metrics: dict[str, float]) -> list[str]:
         return report_lines(scn, run, metrics, _buckets(run))
+
+
+def serve_batched(eng: EngineSetup, table: RequestTable, max_tokens: int | None, spec: QueueSpec,
+                  rng: np.random.Generator) -> ServeRun:
+    """Serve ``table`` by continuous batching (:mod:`sim.batching`) on MoE engine ``eng``: each request's decode
+    needs the verification steps its output takes after the first token (drawn from its acceptance); each
+    iteration costs its operators, the experts its positions touch among them. Per request, what the tiers served
+    is its share of the iterations it was in (GPU seconds over the mean iteration), at the run's mean batch."""
+    out = table.output_tokens if max_tokens is None else np.minimum(table.output_tokens, max_tokens)
+    moe, e = eng.moe, eng.spec
+    acc = np.where(np.isnan(table.acceptance), moe.draft.acceptance, table.acceptance)
+    steps = steps_needed(np.maximum(out - 1, 0), acc, moe.draft.tokens, rng)
+    cost, experts = moe_step_cost(eng, rng)
+    tokens = kv_pool_tokens(eng)
+    kv_bytes = (moe.kv_kib_per_token or 0.0) * 1024
+    pool = Pool(tokens, tokens * kv_bytes / 2**30, 0.0)
+    sched = scheduler_for(e, pool, kv_bytes / (eng.params.link_gbps * 1e9))
+    n = len(table)
+    work = Work(np.zeros(n), np.zeros(n), total_s=np.zeros(n), output_tokens=out, capped=out < table.output_tokens,
+                telemetry={"decode_s": np.zeros(n)})
+    server = partial(BatchingServer, cost=cost, sched=sched, prompt=table.prompt_tokens,
+                     cached=table.cached_tokens, steps=steps)
+    tl, srv = run_queue(table, work, spec, rng, server)
+    stats = dict(srv.stats)
+    share_s = np.asarray(srv.share_s)
+    d = {key: np.zeros(n) for key in SUM_NAMES}
+    d["decode_s"] = work.telemetry["decode_s"]
+    iterations = stats["iterations"]
+    if iterations and stats["busy_s"] > 0:
+        mean_iteration = stats["busy_s"] / iterations
+        positions = stats["batch_area"] / stats["busy_s"] * cost.positions_per_step
+        shares = share_s / mean_iteration  # iterations each request was in, each divided among its members
+        for key in TALLY:
+            d[key] = shares * experts.value(positions, key)
+        d["host_s"] = shares * eng.params.host_s
+        d["compute_s"] = np.maximum(share_s - d["stall_s"] - d["eager_s"] - d["host_s"], 0.0)
+    batch_lookups(eng, steps + (out > 0), d, rng)
+    sums = {k: d[k] for k in SUM_NAMES}
+    requests = ServedRequests.of_run(table, tl, output_tokens=out, prefill_s=np.asarray(srv.prefill_s), sums=sums,
+                                     decode_gpu_s=share_s)
+    return ServeRun(eng, requests, tl, stats, memo={"kv_pool_tokens": tokens})
+
+
+def batch_lookups(eng: EngineSetup, steps: np.ndarray, d: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+    """Lookups and the tiers serving them, per sequence: batching does not change which tier serves a lookup."""
+    moe = eng.moe
+    sl = engine_step_law(eng, eng.popularity, draws_per_step(moe.top_k, 1 + moe.draft.tokens, eng.law.locality))
+    lookups = steps * (1 + moe.draft.tokens) * moe.layers * moe.top_k
+    by_tier = rng.multinomial(lookups, sl.lookup_shares)
+    host = eng.peers
+    d["lookups"], d["vram_hits"] = lookups.astype(float), by_tier[:, 0].astype(float)
+    d["peer_lookups"] = by_tier[:, 1:host + 1].sum(axis=1).astype(float)
+    d["disk_lookups"] = by_tier[:, -1].astype(float)
 
 
 def _buckets(run: ServeRun) -> list[dict]:

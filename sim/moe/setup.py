@@ -104,7 +104,8 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     slots = auto_slots(free, moe.expert_mib, e.cache_reserve_mib, moe.draft.head_mib) if e.expert_cache == "auto" \
         else int(e.expert_cache)
     slots = min(slots, total)
-    per_sequence = slots if e.batching else slots // e.parallel  # taking turns, each sequence has its share
+    # taking turns with a split cache, each sequence has its share; batched or shared, the whole cache
+    per_sequence = slots if e.batching or e.slots == "shared" else slots // e.parallel
     r = moe.routing
     law = RoutingLaw(moe.layers, moe.experts_per_layer, top_k=moe.top_k, exponent=r.exponent, locality=r.locality,
                      drift_weight=r.drift_weight, drift_hot_experts=r.drift_hot_experts,
@@ -165,7 +166,7 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     split: dict[str, tuple[float, ...]] = {}
     if e.placement == "layer_split":
         slots, resident, split, split_rows = _layer_split(scn, machine, moe=moe, slots=slots, ranked=ranked, e=e)
-        per_sequence = slots if e.batching else slots // e.parallel
+        per_sequence = slots if e.batching or e.slots == "shared" else slots // e.parallel
         if per_sequence < slots:
             resident = static_cache(ranked, per_sequence)
         vram_rows[0] = (e.gpu, (gpu.reserved_gib + overhead) * GIB / MIB + slots * split["split_share"][0]

@@ -11,8 +11,8 @@ one can start now and ever (``_has_room``, ``_admissible``), takes it out when i
 the queue in when room may have been freed (``_admit_waiting``). :class:`SharedGpuServer` is the plain one: up to
 ``sequences`` requests take turns on the GPU (processor sharing: each of ``k`` active ones progresses at ``1 / k``),
 each needing the GPU seconds :class:`Work` says; with one it is a FIFO single server. An engine whose steps serve
-every active sequence at once subclasses :class:`Server` with a process of its own (:mod:`sim.moe.batching`,
-:mod:`sim.dense.server`).
+every active sequence at once subclasses :class:`Server` with a process of its own (the batching engine,
+:mod:`sim.batching.server`).
 
 Events are plain simpy timeouts with callbacks (no process per request): a handful per request, none per token.
 """

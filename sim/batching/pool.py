@@ -1,0 +1,95 @@
+"""The KV pool of a continuous-batching engine and its scheduler's knobs, from a scenario's engine section.
+
+The pool is what the card has left once other tenants, the weights (dense weights and whatever expert cache the
+engine keeps) and the runtime (activations, CUDA graphs) took theirs, as vLLM's profiling run finds it:
+
+- ``gpu_memory_utilization`` u: the engine takes ``u x VRAM`` in all, so the pool is that less the weights and the
+  runtime; other tenants must leave that much free, or it refuses to start (vLLM's check at start-up);
+- ``num_gpu_blocks_override`` (or the ``# GPU blocks`` an engine's log reports) x ``block_size`` tokens replaces
+  the sizing;
+- ``iteration.kv_pool_gib`` (older key): that many GiB;
+- otherwise everything left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.batching.server import Scheduler
+from sim.config.engine import Engine
+from sim.core.errors import SimulationError
+from sim.core.units import GIB
+
+KIB = 1024.0
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A KV pool: its tokens and GiB, and the VRAM the engine holds in all (GiB)."""
+
+    tokens: int
+    gib: float
+    engine_gib: float  # weights + runtime + pool
+
+
+def kv_pool(where: str, e: Engine, *, vram_gib: float, tenants_gib: float, weights_gib: float,
+            kv_kib_per_token: float) -> Pool:
+    """The pool of engine ``e`` (at key path ``where``) on a card of ``vram_gib`` with ``tenants_gib`` taken by other
+    programs, holding ``weights_gib`` of weights; KV of ``kv_kib_per_token`` per token."""
+    sc = e.scheduler
+    it = e.iteration
+    left = vram_gib - tenants_gib - weights_gib - e.runtime_gib
+    per_token = kv_kib_per_token * KIB
+    if sc is not None and sc.num_gpu_blocks_override is not None:
+        tokens = sc.num_gpu_blocks_override * sc.block_size
+        gib = tokens * per_token / GIB
+        if gib > left + 1e-9:
+            raise SimulationError(f"{where}.scheduler.num_gpu_blocks_override: {sc.num_gpu_blocks_override} blocks of "
+                                  f"{sc.block_size} tokens need {gib:.2f} GiB of KV; the card leaves {left:.2f} GiB")
+        return Pool(tokens, gib, weights_gib + e.runtime_gib + gib)
+    if sc is not None and sc.gpu_memory_utilization is not None:
+        budget = sc.gpu_memory_utilization * vram_gib
+        free = vram_gib - tenants_gib
+        if budget > free + 1e-9:
+            raise SimulationError(f"{where}.scheduler.gpu_memory_utilization: the engine wants {budget:.2f} GiB "
+                                  f"({sc.gpu_memory_utilization:g} x {vram_gib:g} GiB) but other tenants leave "
+                                  f"{free:.2f} GiB free (vLLM refuses to start); lower it")
+        gib = budget - weights_gib - e.runtime_gib
+        where_key = f"{where}.scheduler.gpu_memory_utilization"
+    elif it is not None and it.kv_pool_gib is not None:
+        gib = it.kv_pool_gib
+        where_key = f"{where}.iteration.kv_pool_gib"
+        if gib > left + 1e-9:
+            raise SimulationError(f"{where}: does not fit: {vram_gib:g} GiB less other tenants {tenants_gib:g} GiB, "
+                                  f"weights {weights_gib:.2f} GiB and runtime {e.runtime_gib:g} GiB leaves "
+                                  f"{left:.2f} GiB for a KV pool of {gib:g} GiB")
+    else:
+        gib = left
+        where_key = where
+    if gib <= 0:
+        raise SimulationError(f"{where_key}: does not fit: {vram_gib:g} GiB less other tenants {tenants_gib:g} GiB, "
+                              f"weights {weights_gib:.2f} GiB and runtime {e.runtime_gib:g} GiB leaves no room for a "
+                              "KV pool")
+    tokens = int(gib * GIB // per_token)
+    if tokens < 1:
+        raise SimulationError(f"{where_key}: a KV pool of {gib:.3g} GiB holds no token of {kv_kib_per_token:g} KiB")
+    return Pool(tokens, gib, weights_gib + e.runtime_gib + gib)
+
+
+def max_num_seqs(e: Engine) -> int:
+    """Sequences batched at most: ``scheduler.max_num_seqs``, else ``parallel``."""
+    sc = e.scheduler
+    return sc.max_num_seqs if sc is not None and sc.max_num_seqs is not None else e.parallel
+
+
+def scheduler_for(e: Engine, pool: Pool, swap_s_per_token: float) -> Scheduler:
+    """The scheduler of engine ``e`` over ``pool``; a swapped token's KV costs ``swap_s_per_token`` each way."""
+    sc = e.scheduler
+    budget = e.iteration.token_budget if e.iteration is not None else 512
+    if sc is not None and sc.max_num_batched_tokens is not None:
+        budget = sc.max_num_batched_tokens
+    if sc is None:
+        return Scheduler(budget, pool.tokens, swap_s_per_token=swap_s_per_token)
+    return Scheduler(budget, pool.tokens, chunked_prefill=sc.enable_chunked_prefill,
+                     prefix_caching=sc.enable_prefix_caching, preemption=sc.preemption_mode,
+                     swap_s_per_token=swap_s_per_token)

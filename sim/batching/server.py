@@ -1,0 +1,349 @@
+"""Continuous batching (vLLM / SGLang / Sarathi style) on one device, iteration by iteration: the one engine dense and
+MoE models are served by when they batch.
+
+- a request is admitted, first come first served, when fewer than ``max_num_seqs`` sequences run and the KV pool can
+  hold its whole prompt (reserved at admission) with the decoders' next step and still leave ``watermark`` of it
+  free; a request whose prompt and output together exceed the pool is rejected at once (it could never finish;
+  engines refuse requests beyond their maximum length);
+- every iteration processes each decoding sequence's next step, then fills what is left of the token budget
+  (``max_num_batched_tokens``) with chunks of the admitted prompts, oldest first (chunked prefill; without it a
+  prompt is taken whole, alone with the decoders); the iteration that reads a prompt's last chunk yields its first
+  token. Tokens found in the prefix cache are not prefilled;
+- a decoding sequence's KV grows by the tokens each step yields (one, or with speculative decoding its request's
+  mean accepted tokens per verification step); when the pool cannot hold the next iteration's growth, the running
+  request that arrived last (decoding or still prefilling) is preempted and goes back to the head of the queue:
+  ``recompute`` frees its KV and prefills its prompt and what it generated again (vLLM's default), ``swap`` moves
+  its KV to host memory over the link and back when it is readmitted (each way costs the next iteration that long);
+- admission is judged with the KV as it will be when the iteration in progress ends, where the request joins;
+- iteration times come from :class:`sim.batching.cost.StepCost` (each operator its own roofline, summed).
+
+Event granularity: prefill iterations are one event each (a few per prompt); between two events a decode-only batch
+runs in closed form, up to its next completion or until the pool fills, and is cut at the end of the iteration in
+progress when a request is admitted. Per decoding sequence nothing is updated per iteration: its steps, KV and GPU
+share follow from global iteration and share counters read when it joins and when it leaves. ``exact=True`` runs
+every decode iteration as its own event instead (the reference the closed form is tested against).
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from sim.batching.cost import StepCost
+from sim.serving.queue import QueueSpec, Server, Timeline, Work
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """The scheduling knobs, as vLLM names them (``max_num_seqs`` is the queue's ``sequences``)."""
+
+    token_budget: int  # max_num_batched_tokens: tokens one iteration processes at most
+    kv_pool_tokens: int  # KV the pool holds (tokens)
+    chunked_prefill: bool = True  # enable_chunked_prefill: prompts in chunks; else each prompt whole
+    prefix_caching: bool = True  # enable_prefix_caching: a request's cached tokens are not prefilled
+    preemption: str = "recompute"  # "recompute" or "swap"
+    watermark: float = 0.01  # share of the pool a new prompt must leave free (vLLM's and Vidur's 1% of blocks)
+    swap_s_per_token: float = 0.0  # moving one token's KV to host memory or back (s)
+
+
+class BatchingServer(Server):
+    """Admission and queue as :class:`sim.serving.queue.Server`; the device runs iterations of the whole batch (its
+    own process) and counts as busy only while an iteration runs (not while a prompt waits)."""
+
+    busy_while_active = False  # counted by _busy
+
+    def __init__(self, env: simpy.Environment, work: Work, spec: QueueSpec, tl: Timeline, done, cost: StepCost,
+                 sched: Scheduler, prompt: np.ndarray, cached: np.ndarray, steps: np.ndarray | None = None,
+                 exact: bool = False) -> None:
+        super().__init__(env, work, spec, tl, done)
+        self.cost, self.sched, self.exact = cost, sched, exact
+        self.capacity = sched.kv_pool_tokens
+        n = len(prompt)
+        output = work.output_tokens
+        # decode steps after the first token (which the prompt's last chunk yields); speculative decoding: fewer
+        steps = np.maximum(output - 1, 0) if steps is None else np.minimum(steps, np.maximum(output - 1, 0))
+        steps = np.where((output > 1) & (steps < 1), 1, steps)
+        rate = np.divide(np.maximum(output - 1, 0), steps, out=np.ones(n), where=steps > 0)
+        # per request, as compact arrays (8 bytes each: a million requests cost tens of MB, not hundreds)
+        self.prompt = array("q", prompt.tolist())  # prompt tokens (a readmission prefills these and those generated)
+        self.cached = array("q", (cached if sched.prefix_caching else np.zeros(n, dtype=np.int64)).tolist())
+        self.output = array("q", output.tolist())
+        self.steps = array("q", steps.astype(np.int64).tolist())  # decode steps it needs in all
+        self.rate = array("d", rate.tolist())  # tokens (and KV) a decode step adds
+        self.steps_done = array("q", bytes(8 * n))
+        self.first_done = array("b", bytes(n))  # its prompt's last chunk has yielded the first token
+        self.share_s = array("d", bytes(8 * n))  # device seconds: each iteration's time divided among its sequences
+        self.prefill_s = array("d", bytes(8 * n))  # seconds of the iterations that carried its prompt's chunks
+        self.preempted_count = array("q", bytes(8 * n))
+        self.swapped = array("b", bytes(n))  # its KV waits in host memory (swap preemption)
+        self.held = array("q", bytes(8 * n))  # KV tokens its admission reserved
+        # decoding sequences: join state, read back when they leave (nothing per iteration)
+        self.join_iter = array("q", bytes(8 * n))
+        self.join_share = array("d", bytes(8 * n))
+        self.decoding: dict[int, None] = {}  # in join order (the last is preempted first)
+        self.finish_heap: list[tuple[int, int]] = []  # (iteration at which it has all its tokens, request)
+        self.iteration = 0  # decode iterations so far
+        self.share_clock = 0.0  # sum over iterations of seconds / sequences in it, for decoding sequences
+        self.context_join_sum = 0.0  # sum over decoding sequences of (KV at join - rate x join iteration)
+        self.rate_sum = 0.0  # KV tokens the decoding sequences add per iteration
+        self.prefilling: list[list[int]] = []  # [request, tokens left, tokens done], admission order
+        self.reserved = 0  # KV tokens of the admitted prompts not yet decoding
+        self.pending_s = 0.0  # swap time the next iteration carries (s)
+        self.swapping_in: list[int] = []  # readmitted swapped sequences, joining at the next iteration
+        self.run: tuple[float, int, float, int, float] | None = None  # decode run: (start, k, context, n, growth)
+        self.growth = 0.0  # KV tokens the mixed iteration in progress adds when it ends
+        self.wake = env.event()
+        self.stats = {"iterations": 0, "memory_bound_iterations": 0, "prefill_iterations": 0, "preemptions": 0,
+                      "swaps": 0, "batch_area": 0.0, "kv_area": 0.0, "kv_peak_tokens": 0.0, "busy_s": 0.0,
+                      "swap_s": 0.0}
+        env.process(self._loop())
+
+    # --- KV accounting ---------------------------------------------------------------------------------------
+    def _kv_used(self) -> float:
+        return self.reserved + self.context_join_sum + self.rate_sum * self.iteration
+
+    def _context(self, i: int) -> int:
+        """KV tokens request ``i`` holds once its prompt and what it generated are in (whole tokens)."""
+        return self.prompt[i] + self._generated(i)
+
+    def _generated(self, i: int) -> int:
+        return int(round(self.first_done[i] + self.rate[i] * self.steps_done[i]))
+
+    def _admissible(self, i: int) -> bool:  # its whole sequence must fit in the pool, or it could never finish
+        return self.prompt[i] + self.output[i] + 1 <= self.capacity
+
+    def _kv_at_boundary(self) -> float:
+        """KV tokens in use when the iteration in progress ends (where an admission would join): a decode run's
+        sequences have grown since it started, and that iteration's too."""
+        used = self._kv_used()
+        if self.run is None:
+            return used + self.growth
+        start, k, context, n, growth = self.run
+        return used + growth * min(self.cost.steps_within(k, context, n, self.env.now - start, growth) + 1, n)
+
+    def _has_room(self, i: int) -> bool:
+        # its prompt (and first token's place) beside the KV as the iteration in progress leaves it, with room for
+        # the decoders' next step: else it would be preempted at once and readmitted after, over and over
+        need = self._context(i) + (1 - self.first_done[i])
+        keep = self.sched.watermark * self.capacity if self.first_done[i] == 0 else 0.0
+        return super()._has_room(i) and self._kv_at_boundary() + need + self.rate_sum + keep <= self.capacity
+
+    def _cancel(self, i: int) -> None:
+        if self.first_done[i] == 0 and self.preempted_count[i] == 0:  # a preempted request is not the client's
+            super()._cancel(i)
+
+    def _start(self, i: int) -> None:
+        super()._start(i)
+        total = self._context(i)
+        self.held[i] = total + (1 - self.first_done[i])  # the first token's place too, until it joins
+        self.reserved += self.held[i]
+        if self.swapped[i]:  # its KV comes back from host memory: it decodes on from the next iteration
+            self.swapped[i] = 0
+            self.swapping_in.append(i)
+        else:
+            new = total - (self.cached[i] if self.preempted_count[i] == 0 else 0)
+            self.prefilling.append([i, max(new, 1), total - max(new, 1)])
+        if not self.wake.triggered:
+            self.wake.succeed()
+
+    def _swap(self, tokens: int) -> None:
+        seconds = tokens * self.sched.swap_s_per_token
+        self.pending_s += seconds
+        self.stats["swap_s"] += seconds
+
+    # --- decoding set ----------------------------------------------------------------------------------------
+    def _join(self, i: int) -> None:
+        """Request ``i`` has its first token: it decodes from the next iteration on."""
+        context = self._context(i)
+        self.reserved -= self.held[i]
+        left = self.steps[i] - self.steps_done[i]
+        if left <= 0:
+            self._leave(i)
+            return
+        self.join_iter[i], self.join_share[i] = self.iteration, self.share_clock
+        self.context_join_sum += context - self.rate[i] * self.iteration
+        self.rate_sum += self.rate[i]
+        self.decoding[i] = None
+        heapq.heappush(self.finish_heap, (self.iteration + left, i))
+
+    def _depart(self, i: int) -> None:
+        """Take ``i`` out of the decoding set (its KV goes with it), with the steps and device share it gained."""
+        del self.decoding[i]
+        self.context_join_sum -= self._context(i) - self.rate[i] * self.join_iter[i]
+        self.rate_sum -= self.rate[i]
+        self.steps_done[i] += self.iteration - self.join_iter[i]
+        self.share_s[i] += self.share_clock - self.join_share[i]
+        if not self.decoding:  # no drift of float sums between busy periods
+            self.context_join_sum = self.rate_sum = 0.0
+
+    def _leave(self, i: int) -> None:
+        self.work.telemetry["decode_s"][i] = self.env.now - self.tl.first_token_s[i]
+        self._complete(i)
+
+    def _preempt(self) -> None:
+        """Free the KV of the running request that arrived last (decoding or prefilling) and queue it first: to
+        prefill its prompt and what it generated again, or (swap, decoding) to bring its KV back."""
+        arrival = self.tl.arrival_s
+        i = max(self.active, key=lambda r: (arrival[r], r))
+        if i in self.decoding:
+            self._depart(i)
+            if self.sched.preemption == "swap":
+                self.swapped[i] = 1
+                self.stats["swaps"] += 1
+                self._swap(self._context(i))
+        else:  # its prompt's chunks so far are lost with its reservation
+            entry = next(e for e in self.prefilling if e[0] == i)
+            self.prefilling.remove(entry)
+            self.reserved -= self.held[i]
+        del self.active[i]
+        self.preempted_count[i] += 1
+        self.stats["preemptions"] += 1
+        self.queue.appendleft(i)
+        self.queued.add(i)
+
+    def _due_at(self, i: int) -> int | None:
+        """The iteration at which decoding request ``i`` has all its tokens (None: not decoding)."""
+        return self.join_iter[i] + self.steps[i] - self.steps_done[i] if i in self.decoding else None
+
+    def _complete_due(self) -> None:
+        heap = self.finish_heap
+        while heap and heap[0][0] <= self.iteration:
+            _, i = heapq.heappop(heap)
+            if self._due_at(i) == self.iteration:  # else stale: preempted since
+                self._depart(i)
+                self._leave(i)
+
+    # --- the device ------------------------------------------------------------------------------------------
+    def _next_due(self) -> int:
+        heap = self.finish_heap
+        while self._due_at(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # preempted since: stale
+        return heap[0][0]
+
+    def _loop(self):
+        env = self.env
+        while True:
+            if self.wake.triggered:  # admissions so far are in the prefill list already
+                self.wake = env.event()
+            for i in self.swapping_in:  # their KV back from host memory: the next iteration carries the copy
+                self._swap(self._context(i))
+                self._join(i)
+            self.swapping_in.clear()
+            if not self.prefilling and not self.decoding:
+                yield self.wake
+                continue
+            while self.active and self._kv_used() + self.rate_sum > self.capacity:
+                self._preempt()  # a lone request always fits (admission checked its whole sequence)
+            if not self.prefilling and not self.decoding:
+                continue
+            k = len(self.decoding)
+            context = self._kv_used() - self.reserved  # KV tokens the decoding sequences read
+            budget = self.sched.token_budget - k * self.cost.positions_per_step
+            if self.prefilling and (budget > 0 or not self.sched.chunked_prefill):
+                yield from self._mixed_iteration(k, context, budget)
+            else:
+                yield from self._decode_run(k, context)
+            self._admit_waiting()
+
+    def _mixed_iteration(self, k: int, context: float, budget: int):
+        """One iteration: every decoding sequence's step, then prompt chunks in the rest of the budget (without
+        chunked prefill: the oldest prompt whole)."""
+        env, st = self.env, self.stats
+        chunks: list[tuple[list[int], int]] = []
+        reads, pairs = 0.0, 0.0
+        if not self.sched.chunked_prefill:  # whole prompts while they fit the budget (the first one always)
+            budget = max(self.sched.token_budget, self.prefilling[0][1])
+        for entry in self.prefilling:
+            take = min(budget, entry[1])
+            if not self.sched.chunked_prefill and take < entry[1]:
+                break  # a prompt is taken whole or waits
+            chunks.append((entry, take))
+            reads += entry[2] + take
+            pairs += take * entry[2] + take * (take + 1) / 2
+            budget -= take
+            if budget <= 0:
+                break
+        chunk_tokens = sum(take for _, take in chunks)
+        if not self.sched.chunked_prefill:  # a prefill iteration of its own: the decoders wait (prefill first)
+            k, context = 0, 0.0
+        dt, memory_bound = self.cost.iteration_s(k, context, chunk_tokens, reads, pairs)
+        dt += self.pending_s
+        self.pending_s = 0.0
+        kv = self._kv_used()
+        growth = self.rate_sum if k else 0.0  # decode steps (first tokens have their places reserved)
+        self.growth = growth
+        yield env.timeout(dt)
+        self.growth = 0.0
+        self._account()
+        members = k + len(chunks)
+        st["iterations"] += 1
+        st["prefill_iterations"] += 1
+        st["memory_bound_iterations"] += memory_bound
+        self._busy(dt, members, kv, kv + growth)
+        if k:
+            self.iteration += 1
+            self.share_clock += dt / members
+        tokens = k * self.cost.positions_per_step + chunk_tokens
+        for entry, take in chunks:
+            i = entry[0]
+            self.share_s[i] += dt / members
+            self.prefill_s[i] += dt * take / tokens  # its chunk's share of the iteration
+            entry[1] -= take
+            entry[2] += take
+        self._complete_due()
+        done = [entry for entry, _ in chunks if entry[1] == 0]
+        if done:
+            self.prefilling = [entry for entry in self.prefilling if entry[1] > 0]
+            for entry in done:
+                i = entry[0]
+                if self.tl.first_token_s[i] != self.tl.first_token_s[i]:
+                    self.tl.first_token_s[i] = env.now
+                self.first_done[i] = 1  # the prompt's last chunk yields a token
+                self._join(i)
+
+    def _decode_run(self, k: int, context: float):
+        """Decode-only iterations up to the next completion or until the KV pool is full, cut at the end of the
+        iteration in progress when a request is admitted."""
+        env, cost, st = self.env, self.cost, self.stats
+        growth = self.rate_sum
+        room = int((self.capacity - self._kv_used()) // growth) if growth > 0 else self._next_due() - self.iteration
+        n = max(min(self._next_due() - self.iteration, room), 1)
+        if self.exact or self.pending_s:
+            n = 1
+        start = env.now
+        kv = self._kv_used()
+        extra = self.pending_s
+        self.pending_s = 0.0
+        total = cost.run_s(k, context, n, growth) + extra
+        timer = env.timeout(total)
+        self.run = (start + extra, k, context, n, growth)
+        yield timer | self.wake
+        done = n
+        if not timer.processed:  # an admission: finish the iteration in progress, then let its prompt in
+            done = min(cost.steps_within(k, context, n, max(env.now - start - extra, 0.0), growth) + 1, n)
+            end = start + extra + cost.run_s(k, context, done, growth)
+            if end > env.now:
+                yield env.timeout(end - env.now)
+        self.run = None
+        self._account()
+        elapsed = cost.run_s(k, context, done, growth) + extra
+        st["iterations"] += done
+        st["memory_bound_iterations"] += cost.memory_bound_steps(k, done)
+        self._busy(elapsed, k, kv, kv + growth * done)
+        self.iteration += done
+        self.share_clock += elapsed / k
+        self._complete_due()
+
+    def _busy(self, seconds: float, members: int, kv_before: float, kv_after: float) -> None:
+        """Count ``seconds`` of iterations of ``members`` sequences, the KV in use growing from ``kv_before`` to
+        ``kv_after`` tokens."""
+        st = self.stats
+        st["busy_s"] += seconds
+        st["batch_area"] += seconds * members
+        st["kv_area"] += seconds * (kv_before + kv_after) / 2
+        st["kv_peak_tokens"] = max(st["kv_peak_tokens"], kv_after)
+        self.tl.busy_s += seconds

@@ -29,9 +29,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sim.core.units import GB
-
-KIB = 1024.0
+from sim.core.units import GB, KIB
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from sim.batching.server import Scheduler
 from sim.config.engine import Engine
 from sim.core.errors import SimulationError
-from sim.core.units import GIB
-
-KIB = 1024.0
+from sim.core.units import GIB, KIB
 
 
 @dataclass(frozen=True)
@@ -74,6 +72,20 @@ def kv_pool(where: str, e: Engine, *, vram_gib: float, tenants_gib: float, weigh
     if tokens < 1:
         raise SimulationError(f"{where_key}: a KV pool of {gib:.3g} GiB holds no token of {kv_kib_per_token:g} KiB")
     return Pool(tokens, gib, weights_gib + e.runtime_gib + gib)
+
+
+def moe_kv_pool(e: Engine, *, kv_kib_per_token: float, left_gib: float) -> Pool:
+    """The pool of a batching MoE engine: the scheduler's block override, else the context it allocates KV for
+    (``context_tokens``, inside its overhead), else what its expert cache leaves (``left_gib``)."""
+    sc = e.scheduler
+    per_token = kv_kib_per_token * KIB
+    if sc is not None and sc.num_gpu_blocks_override is not None:
+        tokens = sc.num_gpu_blocks_override * sc.block_size
+    elif e.context_tokens > 0:
+        tokens = e.context_tokens
+    else:
+        tokens = int(left_gib * GIB // per_token) if per_token > 0 else 10**12
+    return Pool(tokens, tokens * per_token / GIB, 0.0)
 
 
 def max_num_seqs(e: Engine) -> int:

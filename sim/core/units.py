@@ -10,6 +10,7 @@ from __future__ import annotations
 
 GB = 1e9
 GIB = float(2**30)
+KIB = 1024.0
 MIB = float(2**20)
 
 # Usable bandwidth of one PCIe lane, per direction, in decimal GB/s, after line encoding

@@ -12,10 +12,8 @@ from sim.batching.server import Scheduler
 from sim.config.engine import Engine
 from sim.config.links import link_info
 from sim.config.scenario import Scenario
-from sim.core.units import GB, GIB, MIB
+from sim.core.units import GB, GIB, KIB, MIB
 from sim.serving.metrics import VramRows
-
-KIB = 1024.0
 
 
 @dataclass(frozen=True)

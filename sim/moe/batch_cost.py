@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from sim.batching.cost import StepCost
-from sim.core.units import GB, GIB
+from sim.core.units import GB
 from sim.moe.decode_batch import TierSampler, engine_step_law
 from sim.moe.expert_counts import draws_per_step
 from sim.moe.setup import EngineSetup
@@ -114,17 +114,3 @@ def _prompt_token_s(eng: EngineSetup) -> float:
     if e.prefill is not None:
         return e.prefill.token_s
     return 1.0 / e.prefill_tok_s if e.prefill_tok_s else 0.0
-
-
-def kv_pool_tokens(eng: EngineSetup) -> int:
-    """KV tokens a batching MoE engine's pool holds: the scheduler's block override, else the context the engine
-    allocates KV for (``context_tokens``, inside its overhead), else what VRAM the expert cache leaves."""
-    e, moe = eng.spec, eng.moe
-    sc = e.scheduler
-    if sc is not None and sc.num_gpu_blocks_override is not None:
-        return sc.num_gpu_blocks_override * sc.block_size
-    if e.context_tokens > 0:
-        return e.context_tokens
-    per_token = (moe.kv_kib_per_token or 0.0) * 1024
-    left = (eng.free_gib - eng.cache_gib - moe.draft.head_mib / 1024) * GIB
-    return int(left // per_token) if per_token > 0 else 10**12

@@ -16,11 +16,12 @@ from functools import partial
 import numpy as np
 
 from sim.batching.metrics import batching_metrics
-from sim.batching.pool import Pool, max_num_seqs, scheduler_for
+from sim.batching.pool import max_num_seqs, moe_kv_pool, scheduler_for
 from sim.batching.server import BatchingServer
 from sim.config.scenario import Scenario
 from sim.core.output import Table
-from sim.moe.batch_cost import TALLY, kv_pool_tokens, moe_step_cost
+from sim.core.units import GB, KIB
+from sim.moe.batch_cost import TALLY, moe_step_cost
 from sim.moe.decode_batch import decode_many, engine_step_law, steps_needed
 from sim.moe.expert_counts import draws_per_step
 from sim.moe.lookups import decode_request
@@ -136,10 +137,9 @@ def serve_batched(eng: EngineSetup, table: RequestTable, max_tokens: int | None,
     acc = np.where(np.isnan(table.acceptance), moe.draft.acceptance, table.acceptance)
     steps = steps_needed(np.maximum(out - 1, 0), acc, moe.draft.tokens, rng)
     cost, experts = moe_step_cost(eng, rng)
-    tokens = kv_pool_tokens(eng)
-    kv_bytes = (moe.kv_kib_per_token or 0.0) * 1024
-    pool = Pool(tokens, tokens * kv_bytes / 2**30, 0.0)
-    sched = scheduler_for(e, pool, kv_bytes / (eng.params.link_gbps * 1e9))
+    kv_kib = moe.kv_kib_per_token or 0.0
+    pool = moe_kv_pool(e, kv_kib_per_token=kv_kib, left_gib=eng.free_gib - eng.cache_gib - moe.draft.head_mib / 1024)
+    sched = scheduler_for(e, pool, kv_kib * KIB / (eng.params.link_gbps * GB))
     n = len(table)
     work = Work(np.zeros(n), np.zeros(n), total_s=np.zeros(n), output_tokens=out, capped=out < table.output_tokens,
                 telemetry={"decode_s": np.zeros(n)})
@@ -163,7 +163,7 @@ def serve_batched(eng: EngineSetup, table: RequestTable, max_tokens: int | None,
     sums = {k: d[k] for k in SUM_NAMES}
     requests = ServedRequests.of_run(table, tl, output_tokens=out, prefill_s=np.asarray(srv.prefill_s), sums=sums,
                                      decode_gpu_s=share_s)
-    return ServeRun(eng, requests, tl, stats, memo={"kv_pool_tokens": tokens})
+    return ServeRun(eng, requests, tl, stats, memo={"kv_pool_tokens": pool.tokens})
 
 
 def batch_lookups(eng: EngineSetup, steps: np.ndarray, d: dict[str, np.ndarray], rng: np.random.Generator) -> None:

@@ -6,6 +6,8 @@ import sys
 import pytest
 from hypothesis import settings
 
+import sim  # before any test module imports numpy: numpy's baseline loops (sim.core.numerics)
+
 # CI runs the property tests with a fixed seed, so a run is reproducible; locally they explore freely.
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("dev", deadline=None)
@@ -20,8 +22,6 @@ sys.path.insert(0, ROOT)
 
 @pytest.fixture
 def home_lab():
-    import sim
-
     return sim.load(HOME_LAB).config
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from sim.core.errors import ScenarioError, SimulationError
+from sim.core.numerics import numpy_dispatch
 from sim.sweeps.keys import code_digest
 from sim.sweeps.tasks import Task
 
@@ -173,6 +174,14 @@ class DaskBackend:
         if not digests:
             self.close()
             raise ScenarioError("--dask", address, "a cluster with at least one worker")
+        kernels = self.client.run(numpy_dispatch)
+        other = sorted(w for w, k in kernels.items() if k != numpy_dispatch())
+        if other:
+            self.close()
+            raise ScenarioError("--dask", address, f"workers whose numpy uses the kernels this process uses "
+                                f"({', '.join(numpy_dispatch()) or 'baseline only'}); {len(other)} of {len(kernels)} "
+                                f"use {', '.join(kernels[other[0]]) or 'baseline only'} (e.g. {other[0]}), which "
+                                "round differently: start them with NPY_ENABLE_CPU_FEATURES=' ' (sim.core.numerics)")
         other = sorted(w for w, d in digests.items() if d != code_digest())
         if other:
             self.close()

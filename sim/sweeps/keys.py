@@ -12,6 +12,7 @@ import sys
 
 from sim.config.files import input_files
 from sim.config.paths import set_dotted
+from sim.core.numerics import numpy_dispatch
 
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the sim package's folder
 _CODE_DIGEST: str | None = None
@@ -29,8 +30,9 @@ def package_modules(root: str = PACKAGE) -> list[str]:
 
 
 def code_digest(root: str | None = None) -> str:
-    """sha256 of the source of every module of the package (under ``root``; default: this one, kept once computed)
-    and of the versions of Python, numpy and simpy: rows from other code are not reused."""
+    """sha256 of the source of every module of the package (under ``root``; default: this one, kept once computed),
+    of the versions of Python, numpy and simpy and of the CPU features numpy's loops use (they round differently):
+    rows from other code are not reused."""
     global _CODE_DIGEST
     if root is None and _CODE_DIGEST is not None:
         return _CODE_DIGEST
@@ -38,7 +40,7 @@ def code_digest(root: str | None = None) -> str:
     import simpy
 
     h = hashlib.sha256(f"python {sys.version_info[:2]} numpy {numpy.__version__} simpy "
-                       f"{getattr(simpy, '__version__', '')}\0".encode())
+                       f"{getattr(simpy, '__version__', '')} dispatch {numpy_dispatch()}\0".encode())
     for name in package_modules(root or PACKAGE):
         with open(os.path.join(root or PACKAGE, name), "rb") as fh:
             h.update(name.encode() + b"\0" + fh.read() + b"\0")

@@ -10,6 +10,8 @@ from typing import Protocol
 
 from sim.config.links import link_info
 from sim.core.text import WIDTH, number, plural, table, unit_of, wrap, wrap_all
+from sim.lab.loaders import composition, stage_costs
+from sim.lab.startup import startup
 from sim.runner import RunResult
 
 
@@ -46,9 +48,31 @@ def load_lines(res: RunResult) -> list[str]:
             notes.append(f"  note ({p.machine}): {scn.machines[p.machine].note}")
     head = [["machine", "link", "cold", "hot", "link-only", "disk", "other", "cold load", "", "disk", "", "loader", "",
              "link"], ["", "GB/s", "GB/s", "GB/s", "GB/s", "s/GB", "s/GB", "s", "", "s", "", "s", "", "s"]]
-    return [f"Load of {p0.model} ({p0.gb:.2f} GB), {scn.loading.composition} stages, "
-            f"{scn.loading.chunk_mib:g} MiB chunks",
+    generic = all(scn.machines[p.machine].loader.kind == "generic" for p in res.probes)
+    stages = f"{scn.loading.composition} stages" if generic else "each loader's stages (start-up table)"
+    return [f"Load of {p0.model} ({p0.gb:.2f} GB), {stages}, {scn.loading.chunk_mib:g} MiB chunks",
             *table(rows, head, "llrrrrrrcrcrcr"), *notes, ""]
+
+
+def startup_lines(res: RunResult) -> list[str]:
+    """Each machine's server start with the report model: its phases ("-": not given), cold (page cache dropped)
+    and hot."""
+    scn = res.scenario
+
+    def sec(v: float) -> str:
+        return f"{v:.2f}" if v > 0 else "-"
+
+    rows = []
+    for p in res.probes:
+        m = scn.machines[p.machine]
+        cold, hot = startup(m, p.cold.wall_s), startup(m, p.hot.wall_s)
+        rows.append([p.machine, f"{m.loader.kind} ({composition(scn, stage_costs(scn, m))})", sec(cold.process_s),
+                     sec(cold.gpu_context_s), sec(cold.kv_alloc_s), sec(cold.warmup_s), f"{cold.weights_s:.2f}",
+                     f"{hot.weights_s:.2f}", f"{cold.total_s:.2f}", f"{hot.total_s:.2f}"])
+    head = [["machine", "loader", "process", "GPU ctx", "KV", "warm-up", "weights", "weights", "start", "start"],
+            ["", "", "s", "s", "s", "s", "cold s", "hot s", "cold s", "hot s"]]
+    return [f"Start-up of a server with {res.probes[0].model} (the phases of its log)",
+            *table(rows, head, "llrrrrrrrr"), ""]
 
 
 def job_lines(res: RunResult) -> list[str]:
@@ -78,6 +102,7 @@ def run_text(res: RunResult) -> str:
     out = [f"scenario {scn.name} (seed {res.seed})", ""]
     if res.probes:
         out += load_lines(res)
+        out += startup_lines(res)
     if res.jobs:
         out += job_lines(res)
     if res.kind is not None and res.serving is not None:

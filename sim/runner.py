@@ -15,6 +15,7 @@ from sim.engines import kind_for
 from sim.lab.jobs import JobRecord, run_jobs
 from sim.lab.probes import ProbeReport, link_metrics, probe_machine, probe_metrics
 from sim.lab.resources import has_load_path
+from sim.lab.startup import startup_metrics
 from sim.serving.engine import EngineKind, ServeRun
 
 
@@ -87,6 +88,7 @@ def flat_metrics(res: RunResult) -> dict[str, float]:
     m: dict[str, float] = {}
     for p in res.probes:
         m.update(probe_metrics(p))
+        m.update(startup_metrics(p.machine, res.scenario.machines[p.machine], p.cold.wall_s, p.hot.wall_s))
     for name in res.scenario.machines:
         m.update(link_metrics(res.scenario, name))
     m.update(res.serve_metrics)

@@ -55,7 +55,7 @@ def test_values_set_in_the_scenario_are_held_fixed(tmp_path):
     result = fit(raw, HOME_LAB, [STAGES])
     assert result.held_fixed == {"disks.mining_box_disk.read_gbps": 5.0}
     assert "disks.mining_box_disk.read_gbps" not in result.parameters
-    assert result.dof == 2 and "machines.mining_box.loader.s_per_gb" in result.standard_errors
+    assert result.dof == 2 and "machines.mining_box.loader.copy_gbps" in result.standard_errors
 
 
 def test_a_shared_disk_is_one_parameter(tmp_path):
@@ -78,7 +78,7 @@ def test_pipelined_fit_matches_pipelined_simulation(tmp_path):
     for key, value in result.parameters.items():
         set_dotted(raw, key, value, "t")
     set_dotted(raw, "disks.mac_ssd.read_gbps", 9.6, "t")  # the Mac is not in this table
-    set_dotted(raw, "machines.mac.loader.s_per_gb", 0.06, "t")
+    set_dotted(raw, "machines.mac.loader.copy_gbps", 16.8, "t")
     scn = validate(raw, "t")
     rep = probe_machine(scn, "mining_box", "9B", 10.7e9 / 2**30)
     assert rep.hot.gbps == pytest.approx(1.43, rel=0.02) and rep.link.link_gbps == pytest.approx(1.69, rel=0.02)

@@ -3,8 +3,9 @@
 Free parameters (all physical):
 - ``pcie.efficiency`` (fraction of paper PCIe bandwidth a copy delivers), shared by every PCIe machine, when a link
   rate was measured;
-- per machine ``disks.<disk>.read_gbps`` (GB/s; once per disk, machines may share one) and
-  ``machines.<m>.loader.s_per_gb`` (s per GB).
+- per machine ``disks.<disk>.read_gbps`` (GB/s; once per disk, machines may share one) and the host's cost:
+  ``machines.<m>.loader.s_per_gb`` (s per GB) for a generic loader, ``machines.<m>.loader.copy_gbps`` (the host's
+  memory copy bandwidth, GB/s) for a loader of a real kind, whose copies it prices.
 A parameter the scenario file itself sets is held fixed at that value (the scenario would override a fitted one).
 
 The model is the loading mechanism itself (:mod:`sim.lab.loading`, with the scenario's composition, buffers, chunking,
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,9 +30,10 @@ from sim.core.errors import ScenarioError
 from sim.core.tables import number, read_measured
 from sim.core.units import GB, GIB, MIB
 from sim.lab import loading
-from sim.lab.resources import memory_targets, stage_costs
+from sim.lab.loaders import composition, stage_costs
+from sim.lab.resources import memory_targets
 
-START = {"pcie.efficiency": 0.8, "read_gbps": 2.0, "s_per_gb": 0.1}
+START = {"pcie.efficiency": 0.8, "read_gbps": 2.0, "s_per_gb": 0.1, "copy_gbps": 10.0}
 
 
 @dataclass(frozen=True)
@@ -83,10 +85,10 @@ def _predict_s(scn: Scenario, ob: Observation) -> float:
                                targets=targets, free_bytes=cap)
     costs = stage_costs(scn, m)
     if ob.quantity == "link_gbps":
-        costs = replace(costs, loader_s_per_gb=0.0, loader_s_per_tensor=0.0)
+        costs = costs.pinned_copy_only()
     cached = np.full(plan.n, ob.quantity != "cold_gbps")
     times = loading.stage_times(plan, costs, cached)
-    return loading.load_time(times, scn.loading.composition, scn.loading.buffer_chunks)
+    return loading.load_time(times, composition(scn, costs), scn.loading.buffer_chunks)
 
 
 @dataclass
@@ -105,7 +107,8 @@ def _free_parameters(raw: dict, scn: Scenario, obs: list[Observation]) -> tuple[
     if any(o.quantity == "link_gbps" for o in obs):
         candidates.append("pcie.efficiency")
     for n in names:
-        candidates += [f"disks.{scn.machines[n].disk}.read_gbps", f"machines.{n}.loader.s_per_gb"]
+        host_cost = "s_per_gb" if scn.machines[n].loader.kind == "generic" else "copy_gbps"
+        candidates += [f"disks.{scn.machines[n].disk}.read_gbps", f"machines.{n}.loader.{host_cost}"]
     candidates = list(dict.fromkeys(candidates))  # a disk shared by two machines is one parameter
     fixed = {p: float(get_dotted(raw, p)[1]) for p in candidates if get_dotted(raw, p)[0]}
     return [p for p in candidates if p not in fixed], fixed
@@ -121,7 +124,9 @@ def fit(raw: dict, source: str, table_paths: list[str]) -> FitResult:
             d.setdefault("read_gbps", START["read_gbps"])
     for m in (start.get("machines") or {}).values():
         if isinstance(m, dict) and isinstance(m.setdefault("loader", {}), dict):
-            m["loader"].setdefault("s_per_gb", START["s_per_gb"])
+            generic = m["loader"].get("kind", "generic") == "generic"
+            m["loader"].setdefault("s_per_gb" if generic else "copy_gbps", START["s_per_gb" if generic else
+                                                                                  "copy_gbps"])
     base = validate(start, source)
     obs = read_observations(table_paths, base)
     paths, fixed = _free_parameters(raw, base, obs)

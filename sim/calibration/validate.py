@@ -201,7 +201,33 @@ def offload_cells(root: str) -> list[Cell]:
     return cells
 
 
+def loads_cells(root: str) -> list[Cell]:
+    """The public load times (calibration/public_loads.csv) at the shipped calibration/public_loads.yaml: claimed,
+    the median |simulated / measured - 1| of the rows kept out of the fit, at most 20%; reported, each check row
+    and each fit row."""
+    from sim.calibration.fit_loads import predict, read_rows
+    from sim.config.load import load_scenario
+
+    scn, _ = load_scenario(os.path.join(root, "scenarios", "public_loads.yaml"))
+    name = "public_loads.csv"
+    rows = read_rows(os.path.join(root, "calibration", name), scn)
+    cells = []
+    with progress(len(rows), "validate public loads", unit="row") as bar:
+        errors = []
+        for r in rows:
+            got = predict(scn, r)
+            errors += [abs(got / r.measured - 1)] if r.role == "check" else []
+            cells.append(Cell(name, f"{r.row_id} {r.machine} {r.quantity}", r.measured, got, 0.30,
+                              info=f"reported: a {r.role} row"))
+            bar.update()
+    if errors:
+        cells.insert(0, Cell(name, f"check rows median |error| ({len(errors)} rows)", 0.0,
+                             float(np.median(errors)), 0.20, kind="share"))
+    return cells
+
+
 GROUPS = {"loading": loading_cells,
+          "loads": loads_cells,
           "strata": lambda root: declared_cells(root, "gen3_5090.yaml"),
           "concurrency": lambda root: declared_cells(root, "gen3_5090_concurrency.yaml"),
           "basalt": lambda root: declared_cells(root, "basalt_3gpu.yaml"),
@@ -222,6 +248,7 @@ CLAIMED: dict[str, dict[str, tuple[str, ...]]] = {
                                     for q in ("cold_gbps", "hot_gbps", "link_gbps")),
         "loading_mac_sample.csv": ("mac.cold_gbps", "mac.hot_gbps"),
     },
+    "loads": {"public_loads.csv": ("check rows median |error| (7 rows)",)},
     "strata": {
         "strata_gen3_5090.csv": ("round1_slots", "round2_slots", "round1_coverage", "round1_decode_hit_rate",
                                  "round1_decode_tok_s", "gpu_utilization_round1", "gpu_utilization_round2",

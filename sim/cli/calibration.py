@@ -57,6 +57,35 @@ def fit_loading(scenario: str, tables: tuple[str, ...], out: str | None, as_json
         click.echo(text, nl=False)
 
 
+@main.command("fit-loads")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--table", "table", required=True, type=click.Path(dir_okay=False),
+              help="Measured load times and rates, a row each (calibration/public_loads.csv).")
+@click.option("-o", "--out", "out", type=click.Path(), default=None,
+              help="Folder to write the calibration into: as the scenario's calibrations: entry in that folder, else "
+              "loads.yaml; a path ending in .yaml is the file itself.")
+@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
+@user_errors
+def fit_loads(scenario: str, table: str, out: str | None, as_json: bool) -> None:
+    """Fit the loaders' physical parameters (disk bandwidth and latency, mmap costs, start-up, PCIe efficiency) to
+    the table's fit rows and report its check rows, kept out of the fit."""
+    out_file = None if out is None else calibration_out(scenario, out, "loads.yaml")
+    from sim.calibration.fit_loading import load_raw_for_fit
+    from sim.calibration.fit_loads import calibration_yaml, fit
+    from sim.core.output import atomic_write_text, dumps
+
+    result = fit(load_raw_for_fit(scenario), scenario, table)
+    text = calibration_yaml(result, scenario, table, out_file)
+    if out_file:
+        atomic_write_text(out_file, text)
+    if as_json:
+        click.echo(dumps({"parameters": result.parameters, "exactly_determined": result.exactly_determined,
+                          "fit_rows": result.fit_rows, "checks": result.check_rows,
+                          "checks_median_abs_rel_error": result.check_median_abs_error, "dof": result.dof}), nl=False)
+    else:
+        click.echo(text, nl=False)
+
+
 @main.command("logs")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--csv", "as_csv", is_flag=True, help="Print one CSV row per request or statistics line.")
@@ -179,7 +208,7 @@ def calibrate(scenario: str | None, scenario_option: str | None, logs: tuple[str
 @click.option("--root", type=click.Path(file_okay=False), default=".", show_default=True,
               help="Project root holding scenarios/ and calibration/.")
 @click.option("--only", "groups", multiple=True,
-              type=click.Choice(["loading", "strata", "concurrency", "basalt", "offload"]),
+              type=click.Choice(["loading", "loads", "strata", "concurrency", "basalt", "offload"]),
               help="Check only these groups of the shipped tables (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the cells as JSON.")
 @quiet_option

@@ -18,23 +18,68 @@ class Pcie(Strict):
     )
 
 
+class MmapCosts(Strict):
+    """What reading a memory-mapped file costs under one operating system."""
+
+    request_kib: float = Field(128.0, gt=0, le=1 << 20,
+        description="Bytes one page fault reads from disk (KiB): the OS's read-around, one request in flight.")
+    queue_depth: int = Field(2, ge=1, le=64,
+        description="Fault reads in flight: Linux reads the next window ahead asynchronously when a sequential "
+        "reader reaches the marked page (mm/readahead.c), so one window is read while the last is used.")
+    hit_s_per_gb: float = Field(0.0, ge=0, le=100,
+        description="Reading mapped pages already in the page cache (minor faults), per decimal GB (s/GB).")
+    source: str = ""
+
+
+class WindowsMmap(MmapCosts):
+    request_kib: float = Field(32.0, gt=0, le=1 << 20, description="Bytes one page fault reads (KiB); assumed: "
+                               "8-page fault clusters for mapped data files.")
+    queue_depth: int = Field(1, ge=1, le=64, description="Fault reads in flight (assumed: one).")
+
+
+class MacosMmap(MmapCosts):
+    request_kib: float = Field(16.0, gt=0, le=1 << 20, description="Bytes one page fault reads (KiB); assumed: "
+                               "one 16 KiB page.")
+    queue_depth: int = Field(1, ge=1, le=64, description="Fault reads in flight (assumed: one).")
+
+
+class MmapByOs(Strict):
+    linux: MmapCosts = Field(MmapCosts(), description="read_ahead_kb default 128 KiB: a fault reads ra_pages around "
+                             "the page (mm/filemap.c do_sync_mmap_readahead).")
+    windows: WindowsMmap = WindowsMmap()
+    macos: MacosMmap = MacosMmap()
+
+
 class LoadingConfig(Strict):
     composition: Literal["serial", "pipelined"] = Field(
         "serial",
-        description="serial: per-byte stage costs add (real safetensors loaders); "
-        "pipelined: stages overlap through bounded buffers (streaming loaders).",
+        description="For loaders of kind generic: serial: per-byte stage costs add (real safetensors loaders); "
+        "pipelined: stages overlap through bounded buffers (streaming loaders). Other kinds overlap as they do.",
     )
     chunk_mib: float = Field(256.0, ge=1, le=MAX_MIB,
         description="Size of one chunk moved through the stages (MiB); chunks are "
         "also cut where one GPU's share of the model ends.")
     buffer_chunks: int = Field(2, ge=1, description="Chunks each pipelined buffer holds between two stages.")
+    mmap: MmapByOs = Field(MmapByOs(), description="Costs of memory-mapped reads per operating system (loaders of "
+                           "the mmap kinds).")
+    copy_share_of_dram: float = Field(
+        0.309, ge=MIN_FRACTION, le=1,
+        description="A loader's host copy bandwidth as a share of the host's paper DRAM bandwidth, when "
+        "machines.M.loader.copy_gbps is not given (fraction). BV-3070Ti: numpy.copyto 17.78 GB/s on dual-channel "
+        "DDR4-3600 (57.6 GB/s), calibration/public_loads.csv.")
 
 
 class Disk(Strict):
     read_gbps: float | None = Field(
         None, ge=MIN_GBPS, le=MAX_GBPS,
         description="Sequential read bandwidth (decimal GB/s). Required, here or from a calibration file.")
-    latency_s: float = Field(0.0, ge=0, le=60, description="Fixed cost of one chunk read request (s).")
+    latency_s: float = Field(0.0, ge=0, le=60,
+        description="Access latency of one read request (s): a request of r bytes takes latency_s + r / read_gbps, "
+        "and a reader with q requests in flight gets at most q r / (latency_s + r / read_gbps). With a loader of "
+        "kind generic, one request per chunk.")
+    stream_gbps: float | None = Field(None, ge=MIN_GBPS, le=MAX_GBPS,
+        description="Most one reader (one stream of requests) gets from the disk (GB/s; a USB bridge, say). "
+        "Default: no limit below read_gbps.")
 
 
 class GpuType(Strict):
@@ -107,10 +152,44 @@ class Host(Strict):
         return None
 
 
+LoaderKind = Literal["generic", "safetensors", "vllm", "vllm_prefetch", "fastsafetensors", "llamacpp_mmap",
+                     "llamacpp_no_mmap"]
+
+
 class Loader(Strict):
+    """How a machine's weights get from the file to their memory (sim.lab.loaders says what each kind does)."""
+
+    kind: LoaderKind = Field(
+        "generic", description="generic: per-byte and per-tensor host costs, one disk request per chunk; the others "
+        "are real loaders' paths (mmap or read or direct I/O, their copies, pageable or pinned host-to-GPU "
+        "copies, overlap).")
     s_per_gb: float | None = Field(
-        None, ge=0, description="Host-side loader cost per decimal GB (s/GB). Required, here or from a calibration.")
-    s_per_tensor: float = Field(0.0, ge=0, description="Host-side loader cost per tensor (s).")
+        None, ge=0, description="Host-side loader cost per decimal GB (s/GB) beyond the copies the kind makes. "
+        "generic: required, here or from a calibration; other kinds: default 0.")
+    s_per_tensor: float | None = Field(None, ge=0, description="Host-side loader cost per tensor (s). Default: the "
+        "kind's (0 for generic).")
+    copy_gbps: float | None = Field(None, ge=MIN_GBPS, le=MAX_GBPS,
+        description="Host memory copy bandwidth (GB/s of payload, memcpy of a large buffer) the kind's copies run "
+        "at: a tensor materialised out of the page cache, the driver's staging copy of a pageable host-to-GPU "
+        "copy. Default: loading.copy_share_of_dram of the host's paper DRAM bandwidth; required (here or from a "
+        "calibration) by kinds other than generic when the machine has no host DRAM figures.")
+    request_kib: float | None = Field(None, gt=0, le=1 << 22,
+        description="Bytes per disk request (KiB). Default: the kind's (mmap: the OS's fault read-around).")
+    queue_depth: int | None = Field(None, ge=1, le=4096,
+        description="Disk requests each reader keeps in flight. Default: the kind's.")
+    readers: int = Field(1, ge=1, le=64,
+        description="Readers loading at once (tensor-parallel ranks each reading its shard): they share the disk "
+        "and the host's copy bandwidth, each GPU keeps its own link.")
+
+
+class Startup(Strict):
+    """Start-up phases a server log shows, besides reading the weights (seconds; default 0: not counted)."""
+
+    process_s: float = Field(0.0, ge=0, le=3600, description="Process start and engine initialisation (s).")
+    gpu_context_s: float = Field(0.0, ge=0, le=600, description="Driver context creation per GPU (s).")
+    kv_alloc_s: float = Field(0.0, ge=0, le=3600, description="KV cache allocation and profiling (s).")
+    warmup_s: float = Field(0.0, ge=0, le=7200, description="Graph capture, compilation or warm-up run (s).")
+    source: str = Field("", description="Where the phase times come from.")
 
 
 class Machine(Strict):
@@ -119,6 +198,7 @@ class Machine(Strict):
     disk: str | None = Field(None, description="Key of a disk under 'disks' holding the model files (none: no loads).")
     page_cache_gib: float = Field(0.0, ge=0, le=MAX_GIB, description="Host RAM available to the page cache (GiB).")
     loader: Loader = Loader()
+    startup: Startup = Startup()
     host: Host | None = Field(None, description="The host CPU and DRAM (experts computed on the CPU).")
     engine: Engine | None = Field(None, description="An expert-offloading engine serving an MoE model.")
     gpus: dict[str, Gpu] = Field(default_factory=dict, description="GPUs of a discrete machine, by name.")

@@ -23,10 +23,12 @@ from sim.core.units import GIB, MIB
 from sim.lab import loading
 from sim.lab.decode import decode_tok_s
 from sim.lab.dispatch import Decision, Estimate, decide
+from sim.lab.loaders import composition, stage_costs
 from sim.lab.pagecache import PageCache
 from sim.lab.pipeline import LoadResult, Rig, load
 from sim.lab.residency import Residency
-from sim.lab.resources import MemoryTarget, has_load_path, memory_targets, model_bytes, stage_costs
+from sim.lab.resources import MemoryTarget, has_load_path, memory_targets, model_bytes
+from sim.lab.startup import fixed_s
 
 
 @dataclass
@@ -149,10 +151,11 @@ class Lab:
         residency = proj.residency if commit else proj.residency.copy()
         cache = proj.page_cache if commit else proj.page_cache.copy()
         plan = self._make_resident(residency, model)
-        cached = cache.read_all(plan.file, plan.sizes)
-        times = loading.stage_times(plan, ms.rig.costs, cached)
-        return loading.load_time(times, self.scn.loading.composition, self.scn.loading.buffer_chunks), \
-            plan.spilled_bytes
+        costs = ms.rig.costs
+        cached = np.zeros(plan.n, dtype=bool) if costs.direct else cache.read_all(plan.file, plan.sizes)
+        times = loading.stage_times(plan, costs, cached)
+        load_s = loading.load_time(times, composition(self.scn, costs), self.scn.loading.buffer_chunks)
+        return fixed_s(ms.spec) + load_s, plan.spilled_bytes
 
     def estimate(self, ms: MachineState, job: Job) -> Estimate:
         rate = ms.spec.decode_tok_s.get(job.model)
@@ -183,9 +186,13 @@ class Lab:
     def run_load(self, ms: MachineState, model: str):
         """simpy process: make ``model`` resident on ``ms`` through the load pipeline."""
         plan = self._make_resident(ms.residency, model)
-        result = yield self.env.process(load(ms.rig, plan, model=model, composition=self.scn.loading.composition,
+        fixed = fixed_s(ms.spec)
+        if fixed > 0:  # the server's process, GPU contexts, KV allocation and warm-up (sim.lab.startup)
+            yield self.env.timeout(fixed)
+        result = yield self.env.process(load(ms.rig, plan, model=model, composition=composition(self.scn, ms.rig.costs),
                                              buffer_chunks=self.scn.loading.buffer_chunks,
                                              exclusive=self.exclusive_loads))
+        result.start_s -= fixed
         return result
 
     def job(self, job_id: str, job: Job, force_machine: str | None = None):

@@ -2,9 +2,11 @@
 
 A load moves a model's weight bytes in chunks through up to three stages:
 
-1. disk   -> page cache : ``latency_s + bytes / disk_gbps`` (skipped when the chunk is already page-cached)
-2. loader (host CPU)    : ``bytes * s_per_gb + tensors_in_chunk * s_per_tensor``
-3. PCIe link -> VRAM    : ``bytes / link_gbps`` (absent on unified memory and for bytes spilled to host RAM)
+1. disk   -> page cache : bytes at the loader's effective disk rate (skipped when the chunk is already page-cached,
+   unless the loader reads with direct I/O)
+2. loader (host CPU)    : per byte, per tensor and per host copy (:func:`stage_times`)
+3. PCIe link -> VRAM    : ``bytes / link_gbps`` (absent on unified memory and for bytes spilled to host RAM); the
+   staging copy of a pageable copy is the host's, in stage 2
 
 Composition ``serial`` adds the stage times of every chunk. Composition ``pipelined`` overlaps the stages: with
 stage completion times C_s[i] of chunk i, C_s[i] = max(C_s[i-1], C_{s-1}[i]) + t_s[i] (a flow shop), which for
@@ -14,6 +16,7 @@ the buffers between stages; with equal chunk times the bound changes nothing, wh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -99,11 +102,40 @@ def link_rates(plan: ChunkPlan) -> np.ndarray:
 
 
 def stage_times(plan: ChunkPlan, costs: StageCosts, cached: np.ndarray) -> StageTimes:
-    """Per-chunk stage times; ``cached`` marks chunks already in the page cache (no disk read)."""
+    """Per-chunk stage times; ``cached`` marks chunks already in the page cache (no disk read).
+
+    - disk: a miss (every chunk under direct I/O) reads at the loader's effective disk rate
+      (:meth:`StageCosts.disk_gbps_effective`); the generic loader pays ``latency_s`` once per chunk instead;
+    - loader: the host's work per byte and per tensor, its copies (a byte that crosses a link to a GPU and a byte
+      kept in host or unified memory may be copied a different number of times) at ``copy_gbps``, the driver's
+      staging copy of a byte copied to a GPU from pageable memory, and mapping the cached pages the loader reads
+      (mmap hits; pages used in place are not read at load);
+    - link: bytes over the link.
+    Unified memory and bytes kept in host RAM cross no link.
+    """
     gb = plan.sizes / GB
-    disk = np.where(cached, 0.0, costs.disk_latency_s + gb / costs.disk_gbps)
-    loader = gb * costs.loader_s_per_gb + plan.tensors * costs.loader_s_per_tensor
-    link = gb / link_rates(plan)
+    miss = np.ones_like(cached, dtype=bool) if costs.direct else ~cached
+    if math.isfinite(costs.request_bytes):
+        disk = np.where(miss, gb / costs.disk_gbps_effective(), 0.0)
+    else:
+        disk = np.where(miss, costs.disk_latency_s + gb / costs.disk_gbps_effective(), 0.0)
+    rates = link_rates(plan)
+    crosses = np.isfinite(rates)
+    # a byte in unified memory is copied as one bound for a GPU is, its pageable copy a plain copy (no link),
+    # unless the loader uses the mapping in place there (llama.cpp on Metal)
+    unified = (plan.target >= 0) & ~crosses & (not costs.unified_in_place)
+    gpu_copies = costs.copies_gpu + (1 if costs.pageable else 0)
+    copies = np.where(crosses, costs.copies_gpu, np.where(unified, gpu_copies, costs.copies_cpu))
+    per_gb = costs.loader_s_per_gb + copies * (1.0 / costs.copy_gbps if costs.copy_gbps else 0.0)
+    touched = crosses | (copies > 0)  # a mapped page used in place (kept in host RAM) is not read at load
+    per_gb = per_gb + np.where(miss | ~touched, 0.0, costs.hit_s_per_gb)
+    staging = costs.copy_s_per_gb(1) if costs.pageable else 0.0  # the driver's copy into its pinned buffer
+    per_gb = per_gb + np.where(crosses, staging, 0.0)
+    loader = gb * per_gb + plan.tensors * (costs.loader_s_per_tensor / costs.readers)
+    link = gb / rates
+    if costs.readers > 1:  # readers copy to their own GPUs at once: as many links busy as readers and GPUs allow
+        links = len({int(t) for t in plan.target[crosses]})
+        link = link / max(1, min(costs.readers, links))
     return StageTimes(disk, loader, link)
 
 
@@ -111,8 +143,21 @@ def serial_time(t: StageTimes) -> float:
     return float(t.disk.sum() + t.loader.sum() + t.link.sum())
 
 
-def pipelined_time(t: StageTimes, buffer_chunks: int | None = None) -> float:
-    """Makespan of the three-stage pipeline.
+GROUPS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "serial": (("disk", "loader", "link"),),  # one after another, chunk by chunk
+    "pipelined": (("disk",), ("loader",), ("link",)),  # every stage overlaps the others
+    "reads": (("disk",), ("loader", "link")),  # reads ahead overlap copies that stay serial (vLLM's prefetch)
+    "uploads": (("disk", "loader"), ("link",)),  # reads and host copies on one thread, uploads async (llama.cpp)
+}
+
+
+def grouped(t: StageTimes, composition: str) -> np.ndarray:
+    """Seconds per chunk of each group of stages that run one after another (rows: groups, in order)."""
+    return np.vstack([sum(getattr(t, stage) for stage in group) for group in GROUPS[composition]])
+
+
+def pipelined_time(t: StageTimes | np.ndarray, buffer_chunks: int | None = None) -> float:
+    """Makespan of a pipeline of stages (a :class:`StageTimes`: three; a matrix: a row per stage).
 
     Unbounded buffers (``buffer_chunks=None``), vectorised: C_s[i] = max(C_s[i-1], C_{s-1}[i]) + t_s[i] unrolls to
     C_s = S_s + cummax(C_{s-1} - S_s + t_s) with S_s = cumsum(t_s).
@@ -121,7 +166,7 @@ def pipelined_time(t: StageTimes, buffer_chunks: int | None = None) -> float:
     starts stage s at max(its hand-over from stage s-1, the hand-over of chunk i-1 from stage s), and is handed
     over from stage s once served and once chunk i-b has started stage s+1 (room in the buffer).
     """
-    m = t.as_matrix()
+    m = t.as_matrix() if isinstance(t, StageTimes) else t
     n = m.shape[1]
     if n == 0:
         return 0.0
@@ -148,5 +193,10 @@ def pipelined_time(t: StageTimes, buffer_chunks: int | None = None) -> float:
 
 
 def load_time(t: StageTimes, composition: str, buffer_chunks: int | None = None) -> float:
-    """Seconds to load with the given composition (``buffer_chunks`` bounds the pipelined buffers)."""
-    return serial_time(t) if composition == "serial" else pipelined_time(t, buffer_chunks)
+    """Seconds to load with the given composition (:data:`GROUPS`; ``buffer_chunks`` bounds the buffers between
+    groups)."""
+    if composition == "serial":
+        return serial_time(t)
+    if composition == "pipelined":
+        return pipelined_time(t, buffer_chunks)
+    return pipelined_time(grouped(t, composition), buffer_chunks)

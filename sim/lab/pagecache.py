@@ -1,4 +1,23 @@
-"""Host page cache: which chunks of which files are resident, evicted least-recently-used."""
+"""Host page cache: which chunks of which files are resident, kept as Linux keeps file pages.
+
+Linux does not evict file pages in plain least-recently-used order (mm/vmscan.c, mm/workingset.c); this cache keeps
+the same two mechanisms, at the granularity of a load's chunks:
+
+- **Two lists.** A chunk read for the first time joins the *inactive* list. Read again while resident, it moves to
+  the *active* list. Eviction takes the oldest inactive chunk. The active list holds at most ``active_share`` of the
+  cache (Linux balances file pages 1:1); beyond that its oldest chunk is moved back to the inactive list, at its
+  old end: deactivated, it is the next to go unless it is read first (Linux clears its referenced state).
+- **Refault distance.** An evicted chunk leaves a shadow entry stamped with a clock that counts the bytes evicted or
+  activated so far. When the chunk is read again, the bytes counted since then are its refault distance. If that
+  distance is at most the cache's capacity, the chunk could have stayed resident had all of the cache been given to
+  the files in use. It is then activated at once rather than treated as new (``workingset_refault``).
+
+What this changes: a file slightly larger than the cache, read again and again (a server restarted on a model that
+does not quite fit), no longer misses throughout as under strict LRU. The first re-read keeps about half (the
+active list's share), later ones nearly all but the excess. A file more than twice the cache still streams
+through (its refault distance exceeds the cache). A model that was loaded twice is protected against one loaded once
+since (it sits on the active list). The tests check each of these against the policy's rules.
+"""
 
 from __future__ import annotations
 
@@ -7,59 +26,106 @@ from collections.abc import Hashable, Iterable
 
 import numpy as np
 
+Key = tuple[Hashable, int]
+ACTIVE_SHARE = 0.5  # Linux keeps the active file list no larger than the inactive one (inactive_is_low, ratio 1)
+
 
 class PageCache:
-    """LRU cache of file chunks, sized in bytes.
+    """A page cache of file chunks, sized in bytes (keys ``(file, chunk_index)``): inactive and active lists with
+    refault-distance activation. Lists are ordered oldest first."""
 
-    Keys are ``(file, chunk_index)``. Reading a resident chunk refreshes it; reading a missing one inserts it,
-    evicting the least recently used chunks first. A file larger than the cache therefore never stays whole
-    (and a sequential re-read of it misses throughout, as Linux's LRU does for a scan larger than RAM).
-    """
-
-    def __init__(self, capacity_bytes: float):
+    def __init__(self, capacity_bytes: float, active_share: float = ACTIVE_SHARE):
         self.capacity_bytes = float(capacity_bytes)
+        self.active_share = float(active_share)
         self.used_bytes = 0.0
-        self._chunks: OrderedDict[tuple[Hashable, int], float] = OrderedDict()
+        self.active_bytes = 0.0
+        self.clock = 0.0  # bytes evicted or activated so far (Linux's nonresident age)
+        self._inactive: OrderedDict[Key, float] = OrderedDict()
+        self._active: OrderedDict[Key, float] = OrderedDict()
+        self._shadow: dict[Key, float] = {}  # evicted chunk -> clock at its eviction
 
-    def contains(self, key: tuple[Hashable, int]) -> bool:
-        return key in self._chunks
+    def contains(self, key: Key) -> bool:
+        return key in self._active or key in self._inactive
 
-    def read(self, key: tuple[Hashable, int], size: float) -> bool:
+    def is_active(self, key: Key) -> bool:
+        return key in self._active
+
+    def read(self, key: Key, size: float) -> bool:
         """Account one read of a chunk; True when it was resident (a hit)."""
-        if key in self._chunks:
-            self._chunks.move_to_end(key)
+        if key in self._active:
+            self._active.move_to_end(key)
             return True
-        self.insert(key, size)
+        if key in self._inactive:
+            self._activate(key, self._inactive.pop(key))
+            self._balance(keep=key)
+            return True
+        self._add(key, size, refault=True)
         return False
 
-    def insert(self, key: tuple[Hashable, int], size: float) -> None:
+    def insert(self, key: Key, size: float) -> None:
+        """Make a chunk resident as a first read does (a file cached before the simulation starts)."""
+        if self.contains(key):
+            return
+        self._add(key, size, refault=False)
+
+    def _add(self, key: Key, size: float, refault: bool) -> None:
         if size > self.capacity_bytes:
             return
-        old = self._chunks.pop(key, None)
-        if old is not None:
-            self.used_bytes -= old
-        while self.used_bytes + size > self.capacity_bytes and self._chunks:
-            _, freed = self._chunks.popitem(last=False)
-            self.used_bytes -= freed
-        self._chunks[key] = size
-        self.used_bytes += size
+        evicted_at = self._shadow.pop(key, None)
+        if refault and evicted_at is not None and self.clock - evicted_at <= self.capacity_bytes:
+            self.used_bytes += size
+            self._activate(key, size)
+        else:
+            self._inactive[key] = size
+            self.used_bytes += size
+        self._balance(keep=key)
+
+    def _activate(self, key: Key, size: float) -> None:
+        self._active[key] = size
+        self.active_bytes += size
+        self.clock += size
+
+    def _balance(self, keep: Key | None = None) -> None:
+        """Demote beyond the active list's share, then evict oldest inactive first; never ``keep`` (the chunk
+        just read: a read chunk is resident afterwards)."""
+        limit = self.active_share * self.capacity_bytes
+        while self.active_bytes > limit:
+            key, size = self._active.popitem(last=False)  # demoted: the next to go unless read first
+            self.active_bytes -= size
+            self._inactive[key] = size
+            self._inactive.move_to_end(key, last=False)
+        while self.used_bytes > self.capacity_bytes:
+            pool = self._inactive
+            if not pool or next(iter(pool)) == keep:
+                pool = self._active if self._active and next(iter(self._active)) != keep else self._inactive
+            key = next(k for k in pool if k != keep)
+            size = pool.pop(key)
+            if pool is self._active:
+                self.active_bytes -= size
+            self.used_bytes -= size
+            self._shadow[key] = self.clock
+            self.clock += size
+
+    def keys(self) -> list[Key]:
+        """Resident chunks, sorted."""
+        return sorted([*self._inactive, *self._active])
 
     def resident_bytes(self, file: Hashable) -> float:
-        return sum(v for (f, _), v in self._chunks.items() if f == file)
+        return sum(v for (f, _), v in [*self._inactive.items(), *self._active.items()] if f == file)
 
     def files(self) -> list[Hashable]:
-        """Files with at least one resident chunk, least recently used first."""
+        """Files with at least one resident chunk, from the first to be evicted to the last."""
         seen: dict[Hashable, None] = {}
-        for f, _ in self._chunks:
-            seen.pop(f, None)
-            seen[f] = None
+        for f, _ in [*self._inactive, *self._active]:
+            seen.setdefault(f, None)
         return list(seen)
 
     def copy(self) -> PageCache:
         """An independent copy (for predicting what a sequence of reads will hit)."""
-        other = PageCache(self.capacity_bytes)
-        other._chunks = self._chunks.copy()
-        other.used_bytes = self.used_bytes
+        other = PageCache(self.capacity_bytes, self.active_share)
+        other.used_bytes, other.active_bytes, other.clock = self.used_bytes, self.active_bytes, self.clock
+        other._inactive, other._active = self._inactive.copy(), self._active.copy()
+        other._shadow = self._shadow.copy()
         return other
 
     def read_all(self, file: Hashable, sizes: Iterable[float]) -> np.ndarray:

@@ -67,36 +67,58 @@ class LoadResult:
         return self.bytes_over_link / GB / self.wall_s if self.wall_s > 0 else float("inf")
 
 
-def _disk_step(rig: Rig, plan: ChunkPlan, i: int, res: LoadResult):
+@dataclass(frozen=True)
+class ChunkTimes:
+    """Each chunk's stage seconds when it is a page-cache miss and when it is a hit (:func:`loading.stage_times`)."""
+
+    miss: loading.StageTimes
+    hit: loading.StageTimes
+
+    @classmethod
+    def of(cls, plan: ChunkPlan, costs: StageCosts) -> ChunkTimes:
+        return cls(loading.stage_times(plan, costs, np.zeros(plan.n, dtype=bool)),
+                   loading.stage_times(plan, costs, np.ones(plan.n, dtype=bool)))
+
+
+def _cache_reads(rig: Rig, plan: ChunkPlan) -> np.ndarray:
+    """Read the plan's chunks through the page cache; direct I/O bypasses it (every chunk from disk)."""
+    if rig.costs.direct:
+        return np.zeros(plan.n, dtype=bool)
+    return rig.page_cache.read_all(plan.file, plan.sizes)
+
+
+def _disk_step(rig: Rig, plan: ChunkPlan, times: ChunkTimes, i: int, res: LoadResult, hits: list[bool]):
     """Read chunk i through the page cache; a miss queues for the shared disk."""
     size = float(plan.sizes[i])
     key = (plan.file, i)
-    if rig.page_cache.contains(key):
+    if not rig.costs.direct and rig.page_cache.contains(key):
         rig.page_cache.read(key, size)
         res.bytes_from_cache += size
+        hits[i] = True
         return
-    t = rig.costs.disk_latency_s + size / GB / rig.costs.disk_gbps
+    t = float(times.miss.disk[i])
     asked = rig.env.now
     with rig.disk.request() as req:
         yield req
         res.wait_s += rig.env.now - asked
         yield rig.env.timeout(t)
     res.disk_s += t
-    rig.page_cache.read(key, size)
+    if not rig.costs.direct:
+        rig.page_cache.read(key, size)
     res.bytes_from_disk += size
 
 
-def _loader_step(rig: Rig, plan: ChunkPlan, i: int, res: LoadResult):
-    t = float(plan.sizes[i]) / GB * rig.costs.loader_s_per_gb + float(plan.tensors[i]) * rig.costs.loader_s_per_tensor
+def _loader_step(rig: Rig, times: ChunkTimes, i: int, res: LoadResult, hits: list[bool]):
+    t = float((times.hit if hits[i] else times.miss).loader[i])
     res.loader_s += t
     yield rig.env.timeout(t)
 
 
-def _link_step(rig: Rig, plan: ChunkPlan, rates: np.ndarray, i: int, res: LoadResult):
+def _link_step(rig: Rig, plan: ChunkPlan, rates: np.ndarray, times: ChunkTimes, i: int, res: LoadResult):
     if not np.isfinite(rates[i]):  # spilled to host RAM, or unified memory: no link to cross
         return
     k = int(plan.target[i])
-    t = float(plan.sizes[i]) / GB / float(rates[i])
+    t = float(times.miss.link[i])
     asked = rig.env.now
     with rig.links[plan.targets[k].name].request() as req:
         yield req
@@ -115,7 +137,7 @@ def _exclusive_load(rig: Rig, plan: ChunkPlan, rates: np.ndarray, composition: s
     a load that broke the assumption would wait rather than overlap unnoticed.
     """
     env = rig.env
-    cached = rig.page_cache.read_all(plan.file, plan.sizes)
+    cached = _cache_reads(rig, plan)
     times = loading.stage_times(plan, rig.costs, cached)
     crosses = np.isfinite(rates)  # spilled chunks and unified memory have an infinite "link"
     res.disk_s, res.loader_s, res.link_s = float(times.disk.sum()), float(times.loader.sum()), float(times.link.sum())
@@ -143,33 +165,33 @@ def load(rig: Rig, plan: ChunkPlan, model: str, composition: str, buffer_chunks:
     if exclusive:
         yield from _exclusive_load(rig, plan, rates=rates, composition=composition, buffer_chunks=buffer_chunks,
                                    res=res)
-    elif composition == "serial":
+        res.end_s = env.now
+        return res
+    times = ChunkTimes.of(plan, rig.costs)
+    hits = [False] * plan.n
+
+    def stage(name: str, i: int):
+        if name == "disk":
+            yield from _disk_step(rig, plan, times, i, res, hits)
+        elif name == "loader":
+            yield from _loader_step(rig, times, i, res, hits)
+        else:
+            yield from _link_step(rig, plan, rates, times, i, res)
+
+    groups = loading.GROUPS[composition]  # each group a process; buffers of buffer_chunks chunks between them
+    buffers = [simpy.Store(env, capacity=buffer_chunks) for _ in groups[1:]]
+
+    def worker(k: int):
         for i in range(plan.n):
-            yield from _disk_step(rig, plan, i, res)
-            yield from _loader_step(rig, plan, i, res)
-            yield from _link_step(rig, plan, rates, i, res)
-    else:
-        to_loader = simpy.Store(env, capacity=buffer_chunks)
-        to_link = simpy.Store(env, capacity=buffer_chunks)
+            if k:
+                i = yield buffers[k - 1].get()
+            for name in groups[k]:
+                yield from stage(name, i)
+            if k < len(buffers):
+                yield buffers[k].put(i)
 
-        def reader():
-            for i in range(plan.n):
-                yield from _disk_step(rig, plan, i, res)
-                yield to_loader.put(i)
-
-        def converter():
-            for _ in range(plan.n):
-                i = yield to_loader.get()
-                yield from _loader_step(rig, plan, i, res)
-                yield to_link.put(i)
-
-        def copier():
-            for _ in range(plan.n):
-                i = yield to_link.get()
-                yield from _link_step(rig, plan, rates, i, res)
-
-        env.process(reader())
-        env.process(converter())
-        yield env.process(copier())
+    for k in range(len(groups) - 1):
+        env.process(worker(k))
+    yield env.process(worker(len(groups) - 1))
     res.end_s = env.now
     return res

@@ -16,10 +16,11 @@ from sim.config.links import link_info
 from sim.config.machines import Machine
 from sim.config.scenario import Scenario
 from sim.core.units import GB, GIB, MIB
+from sim.lab.loaders import composition, stage_costs
 from sim.lab.loading import plan_chunks
 from sim.lab.pagecache import PageCache
 from sim.lab.pipeline import LoadResult, Rig, load
-from sim.lab.resources import memory_targets, stage_costs
+from sim.lab.resources import memory_targets
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def probe_machine(scn: Scenario, name: str, model: str, gib: float | None = None
     costs = stage_costs(scn, m)
     env = simpy.Environment()
     rig = Rig.build(env, costs, PageCache(m.page_cache_gib * GIB), [t.name for t in targets if t.link_gbps])
-    comp, buf = scn.loading.composition, scn.loading.buffer_chunks
+    comp, buf = composition(scn, costs), scn.loading.buffer_chunks
 
     def sequence():
         cold = yield env.process(load(rig, plan, model, comp, buf, exclusive=True))
@@ -64,8 +65,7 @@ def probe_machine(scn: Scenario, name: str, model: str, gib: float | None = None
         link = None
         if any(t.link_gbps for t in targets):
             # A pinned buffer copied to the GPU: nothing read from disk, no loader work, the same links.
-            pinned = Rig.build(env, replace(costs, loader_s_per_gb=0.0, loader_s_per_tensor=0.0),
-                               PageCache(np.inf), list(rig.links))
+            pinned = Rig.build(env, costs.pinned_copy_only(), PageCache(np.inf), list(rig.links))
             pinned.page_cache.warm(model, plan.sizes)
             link_plan = replace(plan, tensors=np.zeros_like(plan.tensors))
             link = yield env.process(load(pinned, link_plan, model, comp, buf, exclusive=True))

@@ -3,12 +3,13 @@ unified memory) and the costs of its load stages (pure data)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from sim.config.links import link_info
 from sim.config.machines import Machine
 from sim.config.scenario import Scenario
-from sim.core.units import GIB
+from sim.core.units import GB, GIB
 
 
 @dataclass(frozen=True)
@@ -22,12 +23,42 @@ class MemoryTarget:
 
 @dataclass(frozen=True)
 class StageCosts:
-    """Per-byte and per-request costs of the load stages of one machine."""
+    """Per-byte and per-request costs of the load stages of one machine (sim.lab.loaders fills them from the
+    loader's kind). Times per chunk come from :func:`sim.lab.loading.stage_times`."""
 
-    disk_gbps: float
-    disk_latency_s: float
-    loader_s_per_gb: float
-    loader_s_per_tensor: float
+    disk_gbps: float  # the device's sequential bandwidth (GB/s)
+    disk_latency_s: float  # access latency per request (s)
+    loader_s_per_gb: float  # host work per GB besides the copies below (s/GB)
+    loader_s_per_tensor: float  # host work per tensor (s)
+    request_bytes: float = math.inf  # bytes per disk request; inf: one request per chunk (generic loader)
+    queue_depth: int = 1  # requests each reader keeps in flight
+    stream_gbps: float = math.inf  # most one reader gets from the disk (GB/s)
+    readers: int = 1  # readers loading at once
+    copy_gbps: float | None = None  # host memcpy bandwidth of the copies (GB/s of payload)
+    copies_gpu: int = 0  # host copies of a byte bound for a GPU
+    copies_cpu: int = 0  # host copies of a byte kept in host RAM
+    pageable: bool = False  # the host-to-GPU copy goes through the driver's staging copy
+    hit_s_per_gb: float = 0.0  # mapping a page-cache hit (minor faults, s/GB)
+    direct: bool = False  # direct I/O: the page cache is bypassed
+    overlap: str | None = None  # serial, reads, uploads or pipelined (loading.GROUPS); None: the scenario's
+    unified_in_place: bool = False  # unified memory uses the mapped file in place (llama.cpp on Metal)
+
+    def disk_gbps_effective(self) -> float:
+        """GB/s the loader's readers get from the disk: requests of r bytes take latency + r / bandwidth, q of them
+        in flight per reader, each reader at most the disk's per-stream limit."""
+        if not math.isfinite(self.request_bytes):
+            return self.disk_gbps
+        r = self.request_bytes / GB
+        per_stream = min(self.queue_depth * r / (self.disk_latency_s + r / self.disk_gbps), self.stream_gbps)
+        return min(self.disk_gbps, self.readers * per_stream)
+
+    def copy_s_per_gb(self, copies: int) -> float:
+        return copies / self.copy_gbps if copies and self.copy_gbps else 0.0
+
+    def pinned_copy_only(self) -> StageCosts:
+        """A pinned host buffer copied to the GPU: nothing read, no loader work (the link probe)."""
+        return replace(self, loader_s_per_gb=0.0, loader_s_per_tensor=0.0, copies_gpu=0, copies_cpu=0,
+                       pageable=False, hit_s_per_gb=0.0, direct=False)
 
 
 def memory_targets(scn: Scenario, machine: Machine) -> list[MemoryTarget]:
@@ -44,11 +75,6 @@ def memory_targets(scn: Scenario, machine: Machine) -> list[MemoryTarget]:
 def has_load_path(machine: Machine) -> bool:
     """A machine can load weights when it names a disk (and so, once validated, has loader costs)."""
     return machine.disk is not None
-
-
-def stage_costs(scn: Scenario, machine: Machine) -> StageCosts:
-    disk = scn.disks[machine.disk]
-    return StageCosts(disk.read_gbps, disk.latency_s, machine.loader.s_per_gb, machine.loader.s_per_tensor)
 
 
 def model_bytes(scn: Scenario, model: str) -> float:

@@ -1,0 +1,223 @@
+"""Fit the loaders' physical parameters to measured load times and rates, and check them on rows kept out.
+
+A table row (calibration/public_loads.csv) names a machine of the scenario, optionally the disk and loader kind it
+ran with, what was measured (:data:`QUANTITIES`) and whether it is a ``fit`` row, with the dotted parameters it
+pins, or a ``check`` row kept out of the fit. Each row is predicted by the loading mechanism itself
+(:mod:`sim.lab.loaders`, :mod:`sim.lab.loading`, :mod:`sim.lab.startup`). The free parameters are those the fit rows
+name; scipy's least_squares fits them to the log ratios of predicted to measured values. A parameter is reported
+as exactly determined when every fit row it depends on has leverage 1 (no check left from the fit itself).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from sim.config.links import link_info
+from sim.config.load import validate
+from sim.config.paths import set_dotted
+from sim.config.scenario import Scenario
+from sim.core.errors import ScenarioError
+from sim.core.tables import number, read_measured
+from sim.core.units import GB, KIB, MIB
+from sim.lab import loading
+from sim.lab.loaders import composition, copy_bandwidth, stage_costs
+from sim.lab.resources import memory_targets
+from sim.lab.startup import fixed_s
+
+QUANTITIES = ("direct_read_gbps", "h2d_pinned_gbps", "h2d_pageable_gbps", "read_gbps_during_load", "start_s")
+START = {"read_gbps": 2.0, "latency_s": 0.1, "hit_s_per_gb": 0.1, "process_s": 1.0, "efficiency": 0.8}  # latency:
+# from above, where the disk (not the requests) is not yet the limit and the rate moves with it
+BOUNDS = {"read_gbps": (1e-3, 100.0), "latency_s": (1e-7, 1.0), "hit_s_per_gb": (1e-6, 100.0),
+          "process_s": (1e-3, 3600.0), "efficiency": (0.05, 0.999)}  # physical ranges (the fit works in logs)
+
+
+@dataclass(frozen=True)
+class Row:
+    row_id: str
+    machine: str
+    disk: str | None
+    loader: str | None
+    quantity: str
+    request_kib: float | None
+    file_gb: float | None
+    gpu_gb: float
+    cache: str
+    measured: float
+    role: str
+    parameters: tuple[str, ...]
+    source: str
+
+
+def read_rows(path: str, scn: Scenario) -> list[Row]:
+    _, rows = read_measured(path)
+    need = ("row_id", "machine", "quantity", "measured", "role")
+    missing = [c for c in need if not rows or c not in rows[0]]
+    if missing:
+        raise ScenarioError(path, "", f"expected columns {', '.join(need)} (and disk, loader, request_kib, file_gb, "
+                            f"gpu_gb, cache, parameters); missing {missing}")
+    out = []
+    for i, r in enumerate(rows, start=1):
+        machine = (r.get("machine") or "").strip()
+        if machine not in scn.machines:
+            raise ScenarioError(path, f"row {i}.machine", f"{machine!r}: expected a machine of the scenario "
+                                f"({sorted(scn.machines)})")
+        disk = (r.get("disk") or "").strip() or None
+        if disk is not None and disk not in scn.disks:
+            raise ScenarioError(path, f"row {i}.disk", f"{disk!r}: expected a disk of the scenario "
+                                f"({sorted(scn.disks)})")
+        quantity = (r.get("quantity") or "").strip()
+        if quantity not in QUANTITIES:
+            raise ScenarioError(path, f"row {i}.quantity", f"{quantity!r}: expected one of {', '.join(QUANTITIES)}")
+        role = (r.get("role") or "").strip()
+        if role not in ("fit", "check"):
+            raise ScenarioError(path, f"row {i}.role", f"{role!r}: expected fit or check")
+        params = tuple(p for p in (r.get("parameters") or "").split(";") if p.strip())
+        if role == "fit" and not params:
+            raise ScenarioError(path, f"row {i}.parameters", "blank: a fit row names the parameters it pins")
+        cache = (r.get("cache") or "cold").strip() or "cold"
+        if cache not in ("cold", "warm"):
+            raise ScenarioError(path, f"row {i}.cache", f"{cache!r}: expected cold or warm")
+        file_gb = number(r, "file_gb", path, i, required=quantity == "start_s")
+        out.append(Row(r["row_id"].strip(), machine, disk, (r.get("loader") or "").strip() or None, quantity,
+                       number(r, "request_kib", path, i, required=quantity == "direct_read_gbps"), file_gb,
+                       number(r, "gpu_gb", path, i, required=False) or 0.0, cache,
+                       number(r, "measured", path, i), role, params, path))
+    return out
+
+
+def _machine(scn: Scenario, row: Row):
+    m = scn.machines[row.machine]
+    if row.disk is not None:
+        m = m.model_copy(update={"disk": row.disk})
+    if row.loader is not None:
+        m = m.model_copy(update={"loader": m.loader.model_copy(update={"kind": row.loader})})
+    return m
+
+
+def predict(scn: Scenario, row: Row) -> float:
+    """What the mechanism gives for ``row`` (the row's unit)."""
+    m = _machine(scn, row)
+    if row.quantity in ("h2d_pinned_gbps", "h2d_pageable_gbps"):
+        link = link_info(scn, m, next(iter(m.gpus))).gbps
+        if row.quantity == "h2d_pinned_gbps":
+            return link
+        return 1.0 / (1.0 / link + 1.0 / copy_bandwidth(scn, m))
+    costs = stage_costs(scn, m)
+    if row.quantity == "direct_read_gbps":
+        return replace(costs, request_bytes=row.request_kib * KIB, queue_depth=1, readers=1).disk_gbps_effective()
+    if row.quantity == "read_gbps_during_load":
+        return costs.disk_gbps_effective()
+    targets = memory_targets(scn, m)
+    total = row.file_gb * GB
+    free = [row.gpu_gb * GB] + [0.0] * (len(targets) - 1) if m.kind == "discrete" else [total]
+    plan = loading.plan_chunks("row", total, tensors=0, chunk_bytes=scn.loading.chunk_mib * MIB, targets=targets,
+                               free_bytes=free)
+    cached = np.full(plan.n, row.cache == "warm")
+    times = loading.stage_times(plan, costs, cached)
+    return fixed_s(m) + loading.load_time(times, composition(scn, costs), scn.loading.buffer_chunks)
+
+
+@dataclass
+class LoadsFit:
+    parameters: dict[str, float]
+    exactly_determined: list[str]
+    fit_rows: list[dict]
+    check_rows: list[dict]
+    dof: int
+
+    @property
+    def check_median_abs_error(self) -> float:
+        errs = [abs(r["rel_error"]) for r in self.check_rows]
+        return float(np.median(errs)) if errs else math.nan
+
+
+def _to_value(path: str, x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if path.endswith("efficiency") else math.exp(x)
+
+
+def _to_x(path: str, v: float) -> float:
+    return math.log(v / (1 - v)) if path.endswith("efficiency") else math.log(v)
+
+
+def _start(path: str) -> float:
+    return _to_x(path, START[path.rsplit(".", 1)[1]])
+
+
+def fit(raw: dict, source: str, table: str) -> LoadsFit:
+    """Fit the parameters the table's fit rows name; ``raw`` is the scenario without its calibrations."""
+    from scipy.optimize import least_squares
+
+    start = copy.deepcopy(raw)
+    rows0 = read_rows(table, validate(_with(start, {}, source), source))
+    paths = list(dict.fromkeys(p for r in rows0 if r.role == "fit" for p in r.parameters))
+    fits = [r for r in rows0 if r.role == "fit"]
+    if len(fits) < len(paths):
+        raise ScenarioError(table, "", f"{len(fits)} fit rows cannot determine {len(paths)} parameters")
+
+    def scenario_for(x: np.ndarray) -> Scenario:
+        return validate(_with(start, {p: _to_value(p, v) for p, v in zip(paths, x, strict=True)}, source), source)
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        s = scenario_for(x)
+        return np.array([math.log(predict(s, r) / r.measured) for r in fits])
+
+    lo, hi = zip(*[[_to_x(p, b) for b in BOUNDS[p.rsplit(".", 1)[1]]] for p in paths], strict=True)
+    sol = least_squares(resid, np.array([_start(p) for p in paths]), bounds=(lo, hi), xtol=1e-12, ftol=1e-12,
+                        gtol=1e-12)
+    jac = sol.jac
+    leverage = np.einsum("ij,jk,ik->i", jac, np.linalg.pinv(jac.T @ jac), jac)
+    exact = [p for k, p in enumerate(paths) if np.all(leverage[np.abs(jac[:, k]) > 1e-12] > 1 - 1e-6)]
+    values = {p: float(f"{_to_value(p, v):.6g}") for p, v in zip(paths, sol.x, strict=True)}  # 6 digits
+    s = validate(_with(start, values, source), source)  # rows reported at the values written
+
+    def report(r: Row) -> dict:
+        sim_value = predict(s, r)
+        return {"row_id": r.row_id, "machine": r.machine, "quantity": r.quantity, "measured": r.measured,
+                "simulated": round(sim_value, 6), "rel_error": round(sim_value / r.measured - 1, 6) + 0.0}
+
+    return LoadsFit(values, exact, [report(r) for r in fits], [report(r) for r in rows0 if r.role == "check"],
+                    dof=len(fits) - len(paths))
+
+
+def _with(raw: dict, values: dict[str, float], source: str, placeholder: bool = False) -> dict:
+    """``raw`` with ``values`` set, and a placeholder bandwidth for disks that have none yet (being fitted)."""
+    r = copy.deepcopy(raw)
+    for p, v in values.items():
+        set_dotted(r, p, v, source)
+    for d in (r.get("disks") or {}).values():
+        if isinstance(d, dict):
+            d.setdefault("read_gbps", START["read_gbps"])
+    return r
+
+
+UNITS = {"read_gbps": "GB/s", "latency_s": "s", "hit_s_per_gb": "s/GB", "process_s": "s", "efficiency": "fraction"}
+
+
+def calibration_yaml(result: LoadsFit, scenario: str, table: str, out_file: str | None) -> str:
+    import os
+
+    import yaml
+
+    here = os.path.dirname(os.path.abspath(out_file)) if out_file else os.getcwd()
+    prov, _ = read_measured(table)
+    header = ["# Loader calibration written by `sim fit-loads`; do not edit by hand.",
+              "# Reproduce from the project root with:",
+              f"#   sim fit-loads {scenario} --table {table}" + (f" --out {out_file}" if out_file else ""),
+              *[f"# {line}" for line in prov[:2]],
+              "# fit_rows: the rows the parameters were fitted to; checks: rows kept out of the fit."]
+    body = {
+        "kind": "loading",
+        "sources": [os.path.relpath(os.path.abspath(table), here)],
+        "parameters": result.parameters,
+        "units": {p: UNITS.get(p.rsplit(".", 1)[1], "") for p in result.parameters},
+        "exactly_determined": result.exactly_determined,
+        "degrees_of_freedom": result.dof,
+        "fit_rows": result.fit_rows,
+        "checks": result.check_rows,
+        "checks_median_abs_rel_error": round(result.check_median_abs_error, 6),
+    }
+    return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=120)

@@ -1,0 +1,110 @@
+"""Real loaders' paths from file to memory, as stage costs (pure data, no simpy).
+
+Each kind says how its bytes leave the disk (memory-mapped page faults, ``read()`` calls or direct I/O, with the
+request size and the requests in flight), how many times the host copies them (a tensor materialised out of the
+page cache, the driver's staging copy of a pageable host-to-GPU copy), whether the copy to the GPU is pinned or
+pageable, and whether reading overlaps the copies. What the code of each loader does, with sources:
+docs/research/loaders.md.
+
+- ``generic``: the first version's loader: ``s_per_gb`` and ``s_per_tensor`` on the host, one disk request per chunk.
+- ``safetensors``: PyTorch with safetensors (``safe_open`` maps the file, ``get_tensor`` gives a view of the mapping,
+  ``Tensor.to(device)`` copies it from pageable memory). Serial.
+- ``vllm``: vLLM's default loader: the same path (the safetensors iterator, then ``param.data.copy_``).
+- ``vllm_prefetch``: the same, with the files read ahead into the page cache by large sequential reads overlapping
+  the load.
+- ``fastsafetensors``: direct I/O in large requests, several in flight, into pinned buffers copied to the GPU while
+  the next are read; it bypasses the page cache (a warm load is as slow as a cold one).
+- ``llamacpp_mmap``: llama.cpp's default: the file is mapped; tensors bound for a GPU are copied from the mapping
+  (pageable), tensors kept on the CPU are used in place (only their pages are read in).
+- ``llamacpp_no_mmap``: ``--no-mmap``: ``read()`` into buffers (host tensors into their own, GPU tensors through
+  pinned staging buffers uploaded asynchronously while the next is read).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.config.machines import Machine
+from sim.config.scenario import Scenario
+from sim.lab.resources import StageCosts
+
+KIB = 1024.0
+
+
+@dataclass(frozen=True)
+class LoaderPath:
+    """What one kind of loader does with each byte."""
+
+    read: str  # mmap | read | direct
+    request_kib: float | None  # bytes per disk request (KiB); None: the OS's mmap read-around
+    queue_depth: int  # requests in flight per reader
+    copies_gpu: int  # host copies of a byte bound for a GPU, before the copy to the GPU
+    copies_cpu: int  # host copies of a byte kept in host RAM
+    pageable: bool  # the copy to the GPU goes from pageable memory (through the driver's staging copy)
+    overlap: str  # how stages overlap: serial, reads, uploads or pipelined (sim.lab.loading.GROUPS)
+    s_per_tensor: float = 0.0  # host cost per tensor (s) unless the scenario says
+    linux_request_scale: float = 1.0  # posix_fadvise(SEQUENTIAL) doubles Linux's read-around
+    unified_in_place: bool = False  # on unified memory the mapping is used in place (no copy)
+
+
+PATHS: dict[str, LoaderPath] = {
+    # safe_open maps the file and get_tensor returns a view of the mapping (no host copy); .to(device) and vLLM's
+    # param.data.copy_ copy from that pageable memory (docs/research/loaders.md, 3)
+    "safetensors": LoaderPath("mmap", None, 1, copies_gpu=0, copies_cpu=0, pageable=True, overlap="serial"),
+    "vllm": LoaderPath("mmap", None, 1, copies_gpu=0, copies_cpu=0, pageable=True, overlap="serial"),
+    # the prefetch strategy: 8 threads reading 16 MiB blocks into the page cache while the load runs
+    "vllm_prefetch": LoaderPath("read", 16 * 1024, 8, copies_gpu=0, copies_cpu=0, pageable=True, overlap="reads"),
+    # 16 pinned buffers of 16 MiB filled by direct I/O, copied to the GPU as the next are read
+    "fastsafetensors": LoaderPath("direct", 16 * 1024, 16, copies_gpu=0, copies_cpu=0, pageable=False,
+                                  overlap="pipelined"),
+    # mmap with posix_fadvise(SEQUENTIAL): twice the read-around on Linux; GPU tensors copied from the mapping one
+    # tensor_set at a time, CPU tensors used in place (docs/research/loaders.md, 1-2)
+    "llamacpp_mmap": LoaderPath("mmap", None, 1, copies_gpu=0, copies_cpu=0, pageable=True, overlap="serial",
+                                linux_request_scale=2.0, unified_in_place=True),
+    # --no-mmap: serial 1 MiB reads into 4 pinned staging buffers, up to 3 uploads in flight; CPU tensors read into
+    # their own buffers (one copy out of the page cache either way)
+    "llamacpp_no_mmap": LoaderPath("read", 1024, 1, copies_gpu=1, copies_cpu=1, pageable=False, overlap="uploads"),
+}
+
+
+def host_os(machine: Machine) -> str:
+    return machine.host.os if machine.host is not None else "linux"
+
+
+def copy_bandwidth(scn: Scenario, machine: Machine) -> float | None:
+    """GB/s of the loader's host copies: as given, else a share of the host's paper DRAM bandwidth (None: neither)."""
+    if machine.loader.copy_gbps is not None:
+        return machine.loader.copy_gbps
+    paper = machine.host.paper_gbps if machine.host is not None else None
+    return None if paper is None else scn.loading.copy_share_of_dram * paper
+
+
+def stage_costs(scn: Scenario, machine: Machine) -> StageCosts:
+    """The stage costs of ``machine``'s loader, from its kind, its disk and its operating system's mmap costs."""
+    disk = scn.disks[machine.disk]
+    ld = machine.loader
+    stream = disk.stream_gbps if disk.stream_gbps is not None else math.inf
+    if ld.kind == "generic":
+        return StageCosts(disk.read_gbps, disk.latency_s, ld.s_per_gb, ld.s_per_tensor or 0.0, stream_gbps=stream,
+                          readers=ld.readers)
+    path = PATHS[ld.kind]
+    copy_gbps = copy_bandwidth(scn, machine)
+    os_name = host_os(machine)
+    mmap = getattr(scn.loading.mmap, os_name)
+    scale = path.linux_request_scale if os_name == "linux" else 1.0
+    request_kib = ld.request_kib or path.request_kib or mmap.request_kib * scale
+    return StageCosts(
+        disk.read_gbps, disk.latency_s, ld.s_per_gb or 0.0,
+        ld.s_per_tensor if ld.s_per_tensor is not None else path.s_per_tensor,
+        request_bytes=request_kib * KIB,
+        queue_depth=ld.queue_depth or (mmap.queue_depth if path.read == "mmap" else path.queue_depth),
+        stream_gbps=stream,
+        readers=ld.readers, copy_gbps=copy_gbps, copies_gpu=path.copies_gpu, copies_cpu=path.copies_cpu,
+        pageable=path.pageable, hit_s_per_gb=mmap.hit_s_per_gb if path.read == "mmap" else 0.0,
+        direct=path.read == "direct", overlap=path.overlap, unified_in_place=path.unified_in_place)
+
+
+def composition(scn: Scenario, costs: StageCosts) -> str:
+    """How the stages overlap (sim.lab.loading.GROUPS): the loader kind's, or the scenario's for generic loaders."""
+    return scn.loading.composition if costs.overlap is None else costs.overlap

@@ -4,6 +4,7 @@ I/O, parallel readers, start-up phases in dispatch, and the public loads kept ou
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -49,12 +50,55 @@ def test_a_request_costs_latency_plus_bytes_over_bandwidth_with_depth_in_flight(
     assert stage_costs(scn, m).disk_gbps_effective() == 3.0  # enough in flight: the disk's bandwidth
 
 
-def test_pinned_copies_beat_pageable_and_a_warm_load_beats_a_cold_one():
-    scn, pageable = machine_with("vllm")
-    _, pinned = machine_with("fastsafetensors")
-    assert stage_costs(scn, pageable).pageable and not stage_costs(scn, pinned).pageable
-    assert load_s(scn, pageable, warm=True) < load_s(scn, pageable, warm=False)
-    assert load_s(scn, pinned, warm=True) == load_s(scn, pinned, warm=False)  # direct I/O bypasses the page cache
+def test_a_pageable_copy_costs_the_staging_copy_and_a_warm_load_beats_a_cold_one():
+    scn, m = machine_with("vllm")
+    costs = stage_costs(scn, m)
+    targets = memory_targets(scn, m)
+    plan = loading.plan_chunks("f", 8 * GB, tensors=0, chunk_bytes=256 * MIB, targets=targets,
+                               free_bytes=[t.capacity_bytes for t in targets])
+    warm = np.ones(plan.n, dtype=bool)
+    pageable = loading.load_time(loading.stage_times(plan, costs, warm), "serial")
+    pinned = loading.load_time(loading.stage_times(plan, replace(costs, pageable=False), warm), "serial")
+    assert pageable - pinned == pytest.approx(8 / 10.0)  # 8 GB through the staging copy at 10 GB/s
+    assert load_s(scn, m, warm=True) < load_s(scn, m, warm=False)
+    _, direct = machine_with("fastsafetensors")
+    assert load_s(scn, direct, warm=True) == load_s(scn, direct, warm=False)  # direct I/O bypasses the page cache
+
+
+@pytest.mark.parametrize("kind", ["vllm", "vllm_prefetch", "llamacpp_mmap", "llamacpp_no_mmap", "fastsafetensors"])
+def test_a_lone_load_in_one_event_equals_it_chunk_by_chunk_with_a_partly_warm_cache(kind):
+    """The closed form (one event) and the simpy pipeline give the same load for every real kind, hits and misses
+    mixed (mapped hits cost what misses do not), spilled chunks included."""
+    import simpy
+
+    from sim.lab.pagecache import PageCache
+    from sim.lab.pipeline import Rig, load
+
+    raw = tiny_scenario(models__m16={"weights_gib": 16, "tensors": 1600})
+    raw["disks"]["d"] = {"read_gbps": 3.0, "latency_s": 200e-6}
+    raw["machines"]["box"]["loader"] = {"kind": kind, "copy_gbps": 10.0}
+    raw["machines"]["box"]["on_overflow"] = "spill"
+    raw["machines"]["box"]["host"] = {"os": "windows"}
+    scn = validate(raw, "t")
+    m = scn.machines["box"]
+    targets = memory_targets(scn, m)
+    plan = loading.plan_chunks("m16", 16 * GB, tensors=1600, chunk_bytes=256 * MIB, targets=targets,
+                               free_bytes=[8 * GB])  # half of it stays in host RAM
+    assert plan.spilled_bytes > 0
+    results = []
+    for exclusive in (False, True):
+        env = simpy.Environment()
+        cache = PageCache(40 * GB)
+        for i in range(0, plan.n, 3):  # a third of the chunks page-cached: hits and misses mixed
+            cache.insert(("m16", i), float(plan.sizes[i]))
+        rig = Rig.build(env, stage_costs(scn, m), cache, [t.name for t in targets])
+        proc = env.process(load(rig, plan, "m16", composition(scn, rig.costs), 2, exclusive=exclusive))
+        env.run()
+        results.append(proc.value)
+    chunked, whole = results
+    assert whole.wall_s == pytest.approx(chunked.wall_s, rel=1e-12)
+    for field in ("disk_s", "loader_s", "link_s", "bytes_from_disk", "bytes_from_cache"):
+        assert getattr(whole, field) == pytest.approx(getattr(chunked, field), rel=1e-12), field
 
 
 def test_mmap_faults_read_slower_than_large_reads_and_no_mmap_copies_once_more():
@@ -116,21 +160,22 @@ KINDS = ("generic", "safetensors", "vllm", "vllm_prefetch", "fastsafetensors", "
 @settings(max_examples=60, deadline=None)
 @given(kind=st.sampled_from(KINDS), warm=st.booleans(), gb=st.floats(0.5, 40),
        read=st.floats(0.02, 20), latency=st.floats(0, 0.05), copy=st.floats(1, 50), faster=st.floats(1, 4),
-       knob=st.sampled_from(["read", "latency", "copy", "depth", "readers", "link"]))
-def test_a_faster_disk_host_or_link_never_loads_slower(kind, warm, gb, read, latency, copy, faster, knob):
-    """Metamorphic: more bandwidth, less latency, more requests in flight or more readers never lengthen a load,
-    whatever the loader's kind, the page cache and the model's size."""
+       stream=st.floats(0.01, 20),
+       knob=st.sampled_from(["read", "latency", "copy", "depth", "readers", "link", "stream"]))
+def test_a_faster_disk_host_or_link_never_loads_slower(kind, warm, gb, read, latency, copy, faster, stream, knob):
+    """Metamorphic: more bandwidth, less latency, more requests in flight, a faster stream or more readers never
+    lengthen a load, whatever the loader's kind, the page cache and the model's size."""
 
-    def load(read_gbps, latency_s, copy_gbps, depth, readers, link):
+    def load(read_gbps, latency_s, copy_gbps, depth, readers, link, stream_gbps):
         raw = tiny_scenario()
-        raw["disks"]["d"] = {"read_gbps": read_gbps, "latency_s": latency_s}
+        raw["disks"]["d"] = {"read_gbps": read_gbps, "latency_s": latency_s, "stream_gbps": stream_gbps}
         raw["machines"]["box"]["loader"] = {"kind": kind, "copy_gbps": copy_gbps, "queue_depth": depth,
                                             "readers": readers, "s_per_gb": 0.01}
         raw["machines"]["box"]["gpus"]["g0"]["measured_link_gbps"] = link
         scn = validate(raw, "t")
         return load_s(scn, scn.machines["box"], warm, gb)
 
-    base = dict(read_gbps=read, latency_s=latency, copy_gbps=copy, depth=1, readers=1, link=10.0)
+    base = dict(read_gbps=read, latency_s=latency, copy_gbps=copy, depth=1, readers=1, link=10.0, stream_gbps=stream)
     better = dict(base)
     if knob == "read":
         better["read_gbps"] = read * faster
@@ -142,6 +187,38 @@ def test_a_faster_disk_host_or_link_never_loads_slower(kind, warm, gb, read, lat
         better["depth"] = int(1 + faster)
     elif knob == "readers":
         better["readers"] = int(1 + faster)
-    else:
+    elif knob == "link":
         better["link"] = 10.0 * faster
+    else:
+        better["stream_gbps"] = stream * faster
     assert load(**better) <= load(**base) * (1 + 1e-12)
+
+
+def test_a_stream_limit_holds_every_kind_of_loader():
+    for kind in KINDS:
+        raw = tiny_scenario()
+        raw["disks"]["d"] = {"read_gbps": 3.0, "stream_gbps": 0.5}
+        raw["machines"]["box"]["loader"] = {"kind": kind, "copy_gbps": 10.0, "s_per_gb": 0.0}
+        scn = validate(raw, "t")
+        assert stage_costs(scn, scn.machines["box"]).disk_gbps_effective() <= 0.5, kind
+
+
+@pytest.mark.parametrize("row, where", [
+    ("X1,bv_3070ti,,llamacpp_nommap,start_s,,1,,cold,1,check,", "row 1.loader"),
+    ("X1,bv_3070ti,,,start_s,,1,,cold,1,fit,disks.bv_nvme.latncy_s", "row 1.parameters"),
+    ("X1,bv_3070ti,,,start_s,,1,,cold,1,fit,disks.nodisk.latency_s", "row 1.parameters"),
+    ("X1,hr_laptop,,,h2d_pinned_gbps,,,,,1,check,", "row 1.machine"),
+    ("X1,bv_3070ti,,,start_s,,,,cold,1,check,", "row 1.file_gb"),
+    ("X1,bv_3070ti,,,start_s,,1,,lukewarm,1,check,", "row 1.cache"),
+])
+def test_a_bad_row_of_load_times_is_a_one_line_error(tmp_path, row, where):
+    from sim.core.errors import ScenarioError
+
+    head = "row_id,machine,disk,loader,quantity,request_kib,file_gb,gpu_gb,cache,measured,role,parameters\n"
+    path = tmp_path / "t.csv"
+    path.write_text(head + row + "\n")
+    with pytest.raises(ScenarioError, match=where.replace(".", r"\.")):
+        read_rows(str(path), sim.load(PUBLIC).config)
+    path.write_text(head + row.replace(",check,", ",fit,") + "\n" + row + "\n")
+    with pytest.raises(ScenarioError):
+        read_rows(str(path), sim.load(PUBLIC).config)  # and a repeated row id

@@ -24,15 +24,19 @@ from sim.core.errors import ScenarioError
 from sim.core.tables import number, read_measured
 from sim.core.units import GB, KIB, MIB
 from sim.lab import loading
-from sim.lab.loaders import composition, copy_bandwidth, stage_costs
+from sim.lab.loaders import PATHS, composition, copy_bandwidth, stage_costs
 from sim.lab.resources import memory_targets
 from sim.lab.startup import fixed_s
 
 QUANTITIES = ("direct_read_gbps", "h2d_pinned_gbps", "h2d_pageable_gbps", "read_gbps_during_load", "start_s")
-START = {"read_gbps": 2.0, "latency_s": 0.1, "hit_s_per_gb": 0.1, "process_s": 1.0, "efficiency": 0.8}  # latency:
-# from above, where the disk (not the requests) is not yet the limit and the rate moves with it
-BOUNDS = {"read_gbps": (1e-3, 100.0), "latency_s": (1e-7, 1.0), "hit_s_per_gb": (1e-6, 100.0),
-          "process_s": (1e-3, 3600.0), "efficiency": (0.05, 0.999)}  # physical ranges (the fit works in logs)
+# Where each kind of parameter starts and the physical range it may take (the fit works in logs). Latency starts
+# high, where the requests (not the disk's bandwidth) limit the rate and the rate moves with it.
+START = {"read_gbps": 2.0, "stream_gbps": 1.0, "latency_s": 0.1, "hit_s_per_gb": 0.1, "copy_gbps": 10.0,
+         "process_s": 1.0, "gpu_context_s": 0.5, "kv_alloc_s": 1.0, "warmup_s": 1.0, "efficiency": 0.8}
+BOUNDS = {"read_gbps": (1e-3, 100.0), "stream_gbps": (1e-3, 100.0), "latency_s": (1e-7, 1.0),
+          "hit_s_per_gb": (1e-6, 100.0), "copy_gbps": (0.1, 1000.0), "process_s": (1e-3, 3600.0),
+          "gpu_context_s": (1e-3, 600.0), "kv_alloc_s": (1e-3, 3600.0), "warmup_s": (1e-3, 7200.0),
+          "efficiency": (0.05, 0.999)}
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,12 @@ def read_rows(path: str, scn: Scenario) -> list[Row]:
     if missing:
         raise ScenarioError(path, "", f"expected columns {', '.join(need)} (and disk, loader, request_kib, file_gb, "
                             f"gpu_gb, cache, parameters); missing {missing}")
-    out = []
+    out: list[Row] = []
+    tree = scn.model_dump()
     for i, r in enumerate(rows, start=1):
+        row_id = (r.get("row_id") or "").strip()
+        if not row_id or row_id in {o.row_id for o in out}:
+            raise ScenarioError(path, f"row {i}.row_id", f"{row_id!r}: expected an id no other row has")
         machine = (r.get("machine") or "").strip()
         if machine not in scn.machines:
             raise ScenarioError(path, f"row {i}.machine", f"{machine!r}: expected a machine of the scenario "
@@ -69,24 +77,49 @@ def read_rows(path: str, scn: Scenario) -> list[Row]:
         if disk is not None and disk not in scn.disks:
             raise ScenarioError(path, f"row {i}.disk", f"{disk!r}: expected a disk of the scenario "
                                 f"({sorted(scn.disks)})")
+        loader = (r.get("loader") or "").strip() or None
+        if loader is not None and loader not in PATHS:
+            raise ScenarioError(path, f"row {i}.loader", f"{loader!r}: expected one of {', '.join(PATHS)} (or blank: "
+                                "the machine's)")
         quantity = (r.get("quantity") or "").strip()
         if quantity not in QUANTITIES:
             raise ScenarioError(path, f"row {i}.quantity", f"{quantity!r}: expected one of {', '.join(QUANTITIES)}")
+        if quantity.startswith("h2d") and scn.machines[machine].kind != "discrete":
+            raise ScenarioError(path, f"row {i}.machine", f"{machine!r} has no GPU behind a link: expected a discrete "
+                                f"machine for {quantity}")
+        if (loader or scn.machines[machine].loader.kind) == "generic" and quantity != "h2d_pinned_gbps":
+            raise ScenarioError(path, f"row {i}.loader", "a generic loader: expected a real loader kind here or on "
+                                f"the machine ({', '.join(PATHS)})")
         role = (r.get("role") or "").strip()
         if role not in ("fit", "check"):
             raise ScenarioError(path, f"row {i}.role", f"{role!r}: expected fit or check")
-        params = tuple(p for p in (r.get("parameters") or "").split(";") if p.strip())
+        params = tuple(p.strip() for p in (r.get("parameters") or "").split(";") if p.strip())
         if role == "fit" and not params:
             raise ScenarioError(path, f"row {i}.parameters", "blank: a fit row names the parameters it pins")
+        for p in params:
+            if p.rsplit(".", 1)[-1] not in BOUNDS or not _exists(tree, p):
+                raise ScenarioError(path, f"row {i}.parameters", f"{p!r}: expected the dotted path of a parameter "
+                                    f"of the scenario ending in one of {', '.join(BOUNDS)}")
         cache = (r.get("cache") or "cold").strip() or "cold"
         if cache not in ("cold", "warm"):
             raise ScenarioError(path, f"row {i}.cache", f"{cache!r}: expected cold or warm")
         file_gb = number(r, "file_gb", path, i, required=quantity == "start_s")
-        out.append(Row(r["row_id"].strip(), machine, disk, (r.get("loader") or "").strip() or None, quantity,
+        out.append(Row(row_id, machine, disk, loader, quantity,
                        number(r, "request_kib", path, i, required=quantity == "direct_read_gbps"), file_gb,
                        number(r, "gpu_gb", path, i, required=False) or 0.0, cache,
                        number(r, "measured", path, i), role, params, path))
     return out
+
+
+def _exists(tree: dict, dotted: str) -> bool:
+    """Whether ``dotted`` names a field of the validated scenario (its parents must exist; the field may be unset)."""
+    node = tree
+    *parents, last = dotted.split(".")
+    for key in parents:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return isinstance(node, dict) and last in node
 
 
 def _machine(scn: Scenario, row: Row):

@@ -186,7 +186,8 @@ class Startup(Strict):
     """Start-up phases a server log shows, besides reading the weights (seconds; default 0: not counted)."""
 
     process_s: float = Field(0.0, ge=0, le=3600, description="Process start and engine initialisation (s).")
-    gpu_context_s: float = Field(0.0, ge=0, le=600, description="Driver context creation per GPU (s).")
+    gpu_context_s: float = Field(0.0, ge=0, le=600,
+        description="Driver context creation per GPU (s; one GPU on unified memory).")
     kv_alloc_s: float = Field(0.0, ge=0, le=3600, description="KV cache allocation and profiling (s).")
     warmup_s: float = Field(0.0, ge=0, le=7200, description="Graph capture, compilation or warm-up run (s).")
     source: str = Field("", description="Where the phase times come from.")

@@ -192,7 +192,6 @@ class Lab:
         result = yield self.env.process(load(ms.rig, plan, model=model, composition=composition(self.scn, ms.rig.costs),
                                              buffer_chunks=self.scn.loading.buffer_chunks,
                                              exclusive=self.exclusive_loads))
-        result.start_s -= fixed
         return result
 
     def job(self, job_id: str, job: Job, force_machine: str | None = None):
@@ -224,7 +223,7 @@ class Lab:
             else:
                 result = yield env.process(self.run_load(ms, job.model))
                 rec.load = result
-                rec.load_s = result.wall_s
+                rec.load_s = env.now - rec.start_s  # the whole start: its fixed phases and the weights
             rec.spilled_gib = ms.residency.spilled_bytes(job.model) / GIB
             rec.decode_tok_s = self._decode_rate(ms, job.model)
             rec.decode_s = job.tokens / rec.decode_tok_s

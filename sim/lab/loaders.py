@@ -27,9 +27,8 @@ from dataclasses import dataclass
 
 from sim.config.machines import Machine
 from sim.config.scenario import Scenario
+from sim.core.units import KIB
 from sim.lab.resources import StageCosts
-
-KIB = 1024.0
 
 
 @dataclass(frozen=True)

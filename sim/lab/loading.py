@@ -133,10 +133,19 @@ def stage_times(plan: ChunkPlan, costs: StageCosts, cached: np.ndarray) -> Stage
     per_gb = per_gb + np.where(crosses, staging, 0.0)
     loader = gb * per_gb + plan.tensors * (costs.loader_s_per_tensor / costs.readers)
     link = gb / rates
-    if costs.readers > 1:  # readers copy to their own GPUs at once: as many links busy as readers and GPUs allow
-        links = len({int(t) for t in plan.target[crosses]})
-        link = link / max(1, min(costs.readers, links))
+    if costs.readers > 1 and crosses.any():  # readers copy to their own GPUs at once
+        link = link * parallel_link_share(plan.target[crosses], link[crosses], costs.readers)
     return StageTimes(disk, loader, link)
+
+
+def parallel_link_share(targets: np.ndarray, seconds: np.ndarray, readers: int) -> float:
+    """How much of the summed link time remains when ``readers`` copy to their GPUs at once: the busiest GPU's link
+    time, or the total over as many links as there are readers, whichever is longer (a fraction, at most 1)."""
+    total = float(seconds.sum())
+    if total <= 0:
+        return 1.0
+    per_link = [float(seconds[targets == t].sum()) for t in np.unique(targets)]
+    return max(max(per_link), total / min(readers, len(per_link))) / total
 
 
 def serial_time(t: StageTimes) -> float:

@@ -97,11 +97,14 @@ def _disk_step(rig: Rig, plan: ChunkPlan, times: ChunkTimes, i: int, res: LoadRe
         hits[i] = True
         return
     t = float(times.miss.disk[i])
-    asked = rig.env.now
+    busy = min(t, size / GB / rig.costs.disk_gbps)  # the device's own transfer time; the rest is this reader's
+    asked = rig.env.now                                # requests waiting on their latency, when others may read
     with rig.disk.request() as req:
         yield req
         res.wait_s += rig.env.now - asked
-        yield rig.env.timeout(t)
+        yield rig.env.timeout(busy)
+    if t > busy:
+        yield rig.env.timeout(t - busy)
     res.disk_s += t
     if not rig.costs.direct:
         rig.page_cache.read(key, size)

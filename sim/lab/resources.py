@@ -46,8 +46,8 @@ class StageCosts:
     def disk_gbps_effective(self) -> float:
         """GB/s the loader's readers get from the disk: requests of r bytes take latency + r / bandwidth, q of them
         in flight per reader, each reader at most the disk's per-stream limit."""
-        if not math.isfinite(self.request_bytes):
-            return self.disk_gbps
+        if not math.isfinite(self.request_bytes):  # one request per chunk (generic): its latency is per chunk
+            return min(self.disk_gbps, self.readers * self.stream_gbps)
         r = self.request_bytes / GB
         per_stream = min(self.queue_depth * r / (self.disk_latency_s + r / self.disk_gbps), self.stream_gbps)
         return min(self.disk_gbps, self.readers * per_stream)

@@ -18,7 +18,7 @@ class Startup:
     """Seconds of each start-up phase of one server start."""
 
     process_s: float
-    gpu_context_s: float  # all GPUs' contexts (created one after another)
+    gpu_context_s: float  # all GPUs' contexts (created one after another; one on unified memory)
     weights_s: float
     kv_alloc_s: float
     warmup_s: float
@@ -40,7 +40,8 @@ def fixed_s(machine: Machine) -> float:
 
 def startup(machine: Machine, weights_s: float) -> Startup:
     s = machine.startup
-    return Startup(s.process_s, s.gpu_context_s * len(machine.gpus), weights_s, s.kv_alloc_s, s.warmup_s)
+    contexts = len(machine.gpus) if machine.kind == "discrete" else 1  # unified memory: one GPU, one context
+    return Startup(s.process_s, s.gpu_context_s * contexts, weights_s, s.kv_alloc_s, s.warmup_s)
 
 
 def startup_metrics(name: str, machine: Machine, cold_s: float, hot_s: float) -> dict[str, float]:

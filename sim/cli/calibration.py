@@ -23,15 +23,24 @@ def schema() -> None:
     click.echo(json.dumps(json_schema(), indent=2))
 
 
+def _fit_outputs(default_name: str):
+    """The options a fit command shares: where it writes its calibration, JSON instead of the file's text."""
+
+    def wrap(command):
+        command = user_errors(command)
+        command = click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")(command)
+        return click.option("-o", "--out", "out", type=click.Path(), default=None,
+                            help="Folder to write the calibration into: as the scenario's calibrations: entry in that "
+                            f"folder, else {default_name}; a path ending in .yaml is the file itself.")(command)
+
+    return wrap
+
+
 @main.command("fit-loading")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--table", "tables", multiple=True, required=True, type=click.Path(dir_okay=False),
               help="Measured CSV with machine, cold_gbps, hot_gbps, link_gbps, file_gb columns (repeatable).")
-@click.option("-o", "--out", "out", type=click.Path(), default=None,
-              help="Folder to write the calibration into: as the scenario's calibrations: entry in that folder, else "
-              "loading.yaml; a path ending in .yaml is the file itself.")
-@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
-@user_errors
+@_fit_outputs("loading.yaml")
 def fit_loading(scenario: str, tables: tuple[str, ...], out: str | None, as_json: bool) -> None:
     """Fit disk bandwidths, loader costs and PCIe efficiency of SCENARIO's machines to measured load rates."""
     out_file = None if out is None else calibration_out(scenario, out, "loading.yaml")
@@ -61,11 +70,7 @@ def fit_loading(scenario: str, tables: tuple[str, ...], out: str | None, as_json
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--table", "table", required=True, type=click.Path(dir_okay=False),
               help="Measured load times and rates, a row each (calibration/public_loads.csv).")
-@click.option("-o", "--out", "out", type=click.Path(), default=None,
-              help="Folder to write the calibration into: as the scenario's calibrations: entry in that folder, else "
-              "loads.yaml; a path ending in .yaml is the file itself.")
-@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
-@user_errors
+@_fit_outputs("loads.yaml")
 def fit_loads(scenario: str, table: str, out: str | None, as_json: bool) -> None:
     """Fit the loaders' physical parameters (disk bandwidth and latency, mmap costs, start-up, PCIe efficiency) to
     the table's fit rows and report its check rows, kept out of the fit."""

@@ -18,7 +18,7 @@ from sim.lab import loading
 from sim.lab.loaders import composition, stage_costs
 from sim.lab.resources import memory_targets
 
-KINDS = ("vllm", "vllm_prefetch", "fastsafetensors", "llamacpp_mmap", "llamacpp_no_mmap")
+KINDS = ("vllm", "vllm_prefetch", "fastsafetensors", "fastsafetensors_gds", "llamacpp_mmap", "llamacpp_no_mmap")
 SIZES_GB = (2.0, 8.0, 16.0)
 
 

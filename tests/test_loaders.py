@@ -61,11 +61,14 @@ def test_a_pageable_copy_costs_the_staging_copy_and_a_warm_load_beats_a_cold_one
     pinned = loading.load_time(loading.stage_times(plan, replace(costs, pageable=False), warm), "serial")
     assert pageable - pinned == pytest.approx(8 / 10.0)  # 8 GB through the staging copy at 10 GB/s
     assert load_s(scn, m, warm=True) < load_s(scn, m, warm=False)
-    _, direct = machine_with("fastsafetensors")
+    _, direct = machine_with("fastsafetensors_gds")
     assert load_s(scn, direct, warm=True) == load_s(scn, direct, warm=False)  # direct I/O bypasses the page cache
+    _, buffered = machine_with("fastsafetensors")  # without GDS its reads go through the page cache
+    assert load_s(scn, buffered, warm=True) < load_s(scn, buffered, warm=False)
 
 
-@pytest.mark.parametrize("kind", ["vllm", "vllm_prefetch", "llamacpp_mmap", "llamacpp_no_mmap", "fastsafetensors"])
+@pytest.mark.parametrize("kind", ["vllm", "vllm_prefetch", "llamacpp_mmap", "llamacpp_no_mmap", "fastsafetensors",
+                                  "fastsafetensors_gds"])
 def test_a_lone_load_in_one_event_equals_it_chunk_by_chunk_with_a_partly_warm_cache(kind):
     """The closed form (one event) and the simpy pipeline give the same load for every real kind, hits and misses
     mixed (mapped hits cost what misses do not), spilled chunks included."""
@@ -154,7 +157,8 @@ def test_model_size_dependence_comes_from_the_fixed_start_and_the_bytes():
     assert large / small < 6.0 / 2.9  # the start costs the same for both: a small model loads at a lower GB/s
 
 
-KINDS = ("generic", "safetensors", "vllm", "vllm_prefetch", "fastsafetensors", "llamacpp_mmap", "llamacpp_no_mmap")
+KINDS = ("generic", "safetensors", "vllm", "vllm_prefetch", "fastsafetensors", "fastsafetensors_gds", "llamacpp_mmap",
+         "llamacpp_no_mmap")
 
 
 @settings(max_examples=60, deadline=None)

@@ -152,8 +152,8 @@ class Host(Strict):
         return None
 
 
-LoaderKind = Literal["generic", "safetensors", "vllm", "vllm_prefetch", "fastsafetensors", "llamacpp_mmap",
-                     "llamacpp_no_mmap"]
+LoaderKind = Literal["generic", "safetensors", "vllm", "vllm_prefetch", "fastsafetensors", "fastsafetensors_gds",
+                     "llamacpp_mmap", "llamacpp_no_mmap"]
 
 
 class Loader(Strict):

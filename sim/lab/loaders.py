@@ -12,8 +12,10 @@ docs/research/loaders.md.
 - ``vllm``: vLLM's default loader: the same path (the safetensors iterator, then ``param.data.copy_``).
 - ``vllm_prefetch``: the same, with the files read ahead into the page cache by large sequential reads overlapping
   the load.
-- ``fastsafetensors``: direct I/O in large requests, several in flight, into pinned buffers copied to the GPU while
-  the next are read; it bypasses the page cache (a warm load is as slow as a cold one).
+- ``fastsafetensors``: 16 threads reading 16 MiB at a time through the page cache into pinned buffers, each copied
+  to the GPU while the others read (its path without GPUDirect Storage).
+- ``fastsafetensors_gds``: GPUDirect Storage: the file read straight into GPU memory, past the page cache (a warm
+  load is as slow as a cold one).
 - ``llamacpp_mmap``: llama.cpp's default: the file is mapped; tensors bound for a GPU are copied from the mapping
   (pageable), tensors kept on the CPU are used in place (only their pages are read in).
 - ``llamacpp_no_mmap``: ``--no-mmap``: ``read()`` into buffers (host tensors into their own, GPU tensors through
@@ -54,9 +56,13 @@ PATHS: dict[str, LoaderPath] = {
     "vllm": LoaderPath("mmap", None, 1, copies_gpu=0, copies_cpu=0, pageable=True, overlap="serial"),
     # the prefetch strategy: 8 threads reading 16 MiB blocks into the page cache while the load runs
     "vllm_prefetch": LoaderPath("read", 16 * 1024, 8, copies_gpu=0, copies_cpu=0, pageable=True, overlap="reads"),
-    # 16 pinned buffers of 16 MiB filled by direct I/O, copied to the GPU as the next are read
-    "fastsafetensors": LoaderPath("direct", 16 * 1024, 16, copies_gpu=0, copies_cpu=0, pageable=False,
+    # without GDS (its default with several GPUs): 16 threads pread 16 MiB through the page cache into pinned
+    # bounce buffers and copy each to the GPU (docs/research/loaders.md, 3)
+    "fastsafetensors": LoaderPath("read", 16 * 1024, 16, copies_gpu=1, copies_cpu=1, pageable=False,
                                   overlap="pipelined"),
+    # with GPUDirect Storage: cuFileRead from the file straight into GPU memory, past the page cache
+    "fastsafetensors_gds": LoaderPath("direct", 16 * 1024, 16, copies_gpu=0, copies_cpu=0, pageable=False,
+                                      overlap="pipelined"),
     # mmap with posix_fadvise(SEQUENTIAL): twice the read-around on Linux; GPU tensors copied from the mapping one
     # tensor_set at a time, CPU tensors used in place (docs/research/loaders.md, 1-2)
     "llamacpp_mmap": LoaderPath("mmap", None, 1, copies_gpu=0, copies_cpu=0, pageable=True, overlap="serial",

@@ -15,7 +15,7 @@ import sim
 from sim.config.scenario import Scenario
 from sim.core.units import GB, MIB
 from sim.lab import loading
-from sim.lab.loaders import composition, stage_costs
+from sim.lab.loaders import lone_load_s, stage_costs
 from sim.lab.resources import memory_targets
 
 KINDS = ("vllm", "vllm_prefetch", "fastsafetensors", "fastsafetensors_gds", "llamacpp_mmap", "llamacpp_no_mmap")
@@ -28,9 +28,7 @@ def load_s(scn: Scenario, kind: str, size_gb: float, warm: bool) -> float:
     targets = memory_targets(scn, m)
     plan = loading.plan_chunks("f", size_gb * GB, tensors=0, chunk_bytes=256 * MIB, targets=targets,
                                free_bytes=[t.capacity_bytes for t in targets])
-    costs = stage_costs(scn, m)
-    times = loading.stage_times(plan, costs, np.full(plan.n, warm))
-    return loading.load_time(times, composition(scn, costs), 2)
+    return lone_load_s(scn, stage_costs(scn, m), plan, np.full(plan.n, warm))
 
 
 def main() -> None:

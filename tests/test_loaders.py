@@ -19,7 +19,7 @@ from sim.calibration.fit_loads import fit, predict, read_rows
 from sim.config.load import validate
 from sim.core.units import GB, MIB
 from sim.lab import loading
-from sim.lab.loaders import composition, stage_costs
+from sim.lab.loaders import composition, lone_load_s, stage_costs
 from sim.lab.resources import memory_targets
 
 PUBLIC = os.path.join(ROOT, "scenarios", "public_loads.yaml")
@@ -39,7 +39,7 @@ def load_s(scn, m, warm: bool, gb: float = 8.0) -> float:
     plan = loading.plan_chunks("f", gb * GB, tensors=0, chunk_bytes=256 * MIB, targets=targets,
                                free_bytes=[t.capacity_bytes for t in targets])
     costs = stage_costs(scn, m)
-    return loading.load_time(loading.stage_times(plan, costs, np.full(plan.n, warm)), composition(scn, costs), 2)
+    return lone_load_s(scn, costs, plan, np.full(plan.n, warm))
 
 
 def test_a_request_costs_latency_plus_bytes_over_bandwidth_with_depth_in_flight():

@@ -30,7 +30,7 @@ from sim.core.errors import ScenarioError
 from sim.core.tables import number, read_measured
 from sim.core.units import GB, GIB, MIB
 from sim.lab import loading
-from sim.lab.loaders import composition, stage_costs
+from sim.lab.loaders import lone_load_s, stage_costs
 from sim.lab.resources import memory_targets
 
 START = {"pcie.efficiency": 0.8, "read_gbps": 2.0, "s_per_gb": 0.1, "copy_gbps": 10.0}
@@ -87,8 +87,7 @@ def _predict_s(scn: Scenario, ob: Observation) -> float:
     if ob.quantity == "link_gbps":
         costs = costs.pinned_copy_only()
     cached = np.full(plan.n, ob.quantity != "cold_gbps")
-    times = loading.stage_times(plan, costs, cached)
-    return loading.load_time(times, composition(scn, costs), scn.loading.buffer_chunks)
+    return lone_load_s(scn, costs, plan, cached)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from sim.core.errors import ScenarioError
 from sim.core.tables import number, read_measured
 from sim.core.units import GB, KIB, MIB
 from sim.lab import loading
-from sim.lab.loaders import PATHS, composition, copy_bandwidth, stage_costs
+from sim.lab.loaders import PATHS, copy_bandwidth, lone_load_s, stage_costs
 from sim.lab.resources import memory_targets
 from sim.lab.startup import fixed_s
 
@@ -149,9 +149,7 @@ def predict(scn: Scenario, row: Row) -> float:
     free = [row.gpu_gb * GB] + [0.0] * (len(targets) - 1) if m.kind == "discrete" else [total]
     plan = loading.plan_chunks("row", total, tensors=0, chunk_bytes=scn.loading.chunk_mib * MIB, targets=targets,
                                free_bytes=free)
-    cached = np.full(plan.n, row.cache == "warm")
-    times = loading.stage_times(plan, costs, cached)
-    return fixed_s(m) + loading.load_time(times, composition(scn, costs), scn.loading.buffer_chunks)
+    return fixed_s(m) + lone_load_s(scn, costs, plan, np.full(plan.n, row.cache == "warm"))
 
 
 @dataclass
@@ -216,7 +214,7 @@ def fit(raw: dict, source: str, table: str) -> LoadsFit:
                     dof=len(fits) - len(paths))
 
 
-def _with(raw: dict, values: dict[str, float], source: str, placeholder: bool = False) -> dict:
+def _with(raw: dict, values: dict[str, float], source: str) -> dict:
     """``raw`` with ``values`` set, and a placeholder bandwidth for disks that have none yet (being fitted)."""
     r = copy.deepcopy(raw)
     for p, v in values.items():

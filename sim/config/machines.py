@@ -166,8 +166,8 @@ class Loader(Strict):
     s_per_gb: float | None = Field(
         None, ge=0, description="Host-side loader cost per decimal GB (s/GB) beyond the copies the kind makes. "
         "generic: required, here or from a calibration; other kinds: default 0.")
-    s_per_tensor: float | None = Field(None, ge=0, description="Host-side loader cost per tensor (s). Default: the "
-        "kind's (0 for generic).")
+    s_per_tensor: float | None = Field(None, ge=0, description="Host-side loader cost per tensor (s). Default 0: "
+        "no public measurement separates it from the per-byte costs.")
     copy_gbps: float | None = Field(None, ge=MIN_GBPS, le=MAX_GBPS,
         description="Host memory copy bandwidth (GB/s of payload, memcpy of a large buffer) the kind's copies run "
         "at: a tensor materialised out of the page cache, the driver's staging copy of a pageable host-to-GPU "

@@ -23,7 +23,7 @@ from sim.core.units import GIB, MIB
 from sim.lab import loading
 from sim.lab.decode import decode_tok_s
 from sim.lab.dispatch import Decision, Estimate, decide
-from sim.lab.loaders import composition, stage_costs
+from sim.lab.loaders import composition, lone_load_s, stage_costs
 from sim.lab.pagecache import PageCache
 from sim.lab.pipeline import LoadResult, Rig, load
 from sim.lab.residency import Residency
@@ -152,10 +152,8 @@ class Lab:
         cache = proj.page_cache if commit else proj.page_cache.copy()
         plan = self._make_resident(residency, model)
         costs = ms.rig.costs
-        cached = np.zeros(plan.n, dtype=bool) if costs.direct else cache.read_all(plan.file, plan.sizes)
-        times = loading.stage_times(plan, costs, cached)
-        load_s = loading.load_time(times, composition(self.scn, costs), self.scn.loading.buffer_chunks)
-        return fixed_s(ms.spec) + load_s, plan.spilled_bytes
+        cached = cache.read_all(plan.file, plan.sizes, direct=costs.direct)
+        return fixed_s(ms.spec) + lone_load_s(self.scn, costs, plan, cached), plan.spilled_bytes
 
     def estimate(self, ms: MachineState, job: Job) -> Estimate:
         rate = ms.spec.decode_tok_s.get(job.model)

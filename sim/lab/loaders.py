@@ -27,9 +27,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from sim.config.machines import Machine
 from sim.config.scenario import Scenario
 from sim.core.units import KIB
+from sim.lab import loading
+from sim.lab.loading import ChunkPlan
 from sim.lab.resources import StageCosts
 
 
@@ -44,7 +48,6 @@ class LoaderPath:
     copies_cpu: int  # host copies of a byte kept in host RAM
     pageable: bool  # the copy to the GPU goes from pageable memory (through the driver's staging copy)
     overlap: str  # how stages overlap: serial, reads, uploads or pipelined (sim.lab.loading.GROUPS)
-    s_per_tensor: float = 0.0  # host cost per tensor (s) unless the scenario says
     linux_request_scale: float = 1.0  # posix_fadvise(SEQUENTIAL) doubles Linux's read-around
     unified_in_place: bool = False  # on unified memory the mapping is used in place (no copy)
 
@@ -101,13 +104,19 @@ def stage_costs(scn: Scenario, machine: Machine) -> StageCosts:
     request_kib = ld.request_kib or path.request_kib or mmap.request_kib * scale
     return StageCosts(
         disk.read_gbps, disk.latency_s, ld.s_per_gb or 0.0,
-        ld.s_per_tensor if ld.s_per_tensor is not None else path.s_per_tensor,
+        ld.s_per_tensor or 0.0,
         request_bytes=request_kib * KIB,
         queue_depth=ld.queue_depth or (mmap.queue_depth if path.read == "mmap" else path.queue_depth),
         stream_gbps=stream,
         readers=ld.readers, copy_gbps=copy_gbps, copies_gpu=path.copies_gpu, copies_cpu=path.copies_cpu,
         pageable=path.pageable, hit_s_per_gb=mmap.hit_s_per_gb if path.read == "mmap" else 0.0,
         direct=path.read == "direct", overlap=path.overlap, unified_in_place=path.unified_in_place)
+
+
+def lone_load_s(scn: Scenario, costs: StageCosts, plan: ChunkPlan, cached: np.ndarray) -> float:
+    """Seconds of one load with nothing else using its disk and links, ``cached`` marking page-cache hits."""
+    times = loading.stage_times(plan, costs, cached)
+    return loading.load_time(times, composition(scn, costs), scn.loading.buffer_chunks)
 
 
 def composition(scn: Scenario, costs: StageCosts) -> str:

@@ -126,10 +126,10 @@ def stage_times(plan: ChunkPlan, costs: StageCosts, cached: np.ndarray) -> Stage
     unified = (plan.target >= 0) & ~crosses & (not costs.unified_in_place)
     gpu_copies = costs.copies_gpu + (1 if costs.pageable else 0)
     copies = np.where(crosses, costs.copies_gpu, np.where(unified, gpu_copies, costs.copies_cpu))
-    per_gb = costs.loader_s_per_gb + copies * (1.0 / costs.copy_gbps if costs.copy_gbps else 0.0)
+    per_gb = costs.loader_s_per_gb + copies * costs.copy_s_per_gb
     touched = crosses | (copies > 0)  # a mapped page used in place (kept in host RAM) is not read at load
     per_gb = per_gb + np.where(miss | ~touched, 0.0, costs.hit_s_per_gb)
-    staging = costs.copy_s_per_gb(1) if costs.pageable else 0.0  # the driver's copy into its pinned buffer
+    staging = costs.copy_s_per_gb if costs.pageable else 0.0  # the driver's copy into its pinned buffer
     per_gb = per_gb + np.where(crosses, staging, 0.0)
     loader = gb * per_gb + plan.tensors * (costs.loader_s_per_tensor / costs.readers)
     link = gb / rates

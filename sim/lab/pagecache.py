@@ -134,8 +134,11 @@ class PageCache:
         other._shadow = self._shadow.copy()
         return other
 
-    def read_all(self, file: Hashable, sizes: Iterable[float]) -> np.ndarray:
-        """Read a file's chunks in order (as a load does); boolean hits per chunk."""
+    def read_all(self, file: Hashable, sizes: Iterable[float], direct: bool = False) -> np.ndarray:
+        """Read a file's chunks in order (as a load does); boolean hits per chunk. ``direct``: direct I/O, which
+        bypasses the cache (no hit, nothing cached)."""
+        if direct:
+            return np.zeros(len(list(sizes)), dtype=bool)
         return np.array([self.read((file, i), float(s)) for i, s in enumerate(sizes)], dtype=bool)
 
     def warm(self, file: Hashable, sizes: Iterable[float]) -> None:

@@ -80,13 +80,6 @@ class ChunkTimes:
                    loading.stage_times(plan, costs, np.ones(plan.n, dtype=bool)))
 
 
-def _cache_reads(rig: Rig, plan: ChunkPlan) -> np.ndarray:
-    """Read the plan's chunks through the page cache; direct I/O bypasses it (every chunk from disk)."""
-    if rig.costs.direct:
-        return np.zeros(plan.n, dtype=bool)
-    return rig.page_cache.read_all(plan.file, plan.sizes)
-
-
 def _disk_step(rig: Rig, plan: ChunkPlan, times: ChunkTimes, i: int, res: LoadResult, hits: list[bool]):
     """Read chunk i through the page cache; a miss queues for the shared disk."""
     size = float(plan.sizes[i])
@@ -140,7 +133,7 @@ def _exclusive_load(rig: Rig, plan: ChunkPlan, rates: np.ndarray, composition: s
     a load that broke the assumption would wait rather than overlap unnoticed.
     """
     env = rig.env
-    cached = _cache_reads(rig, plan)
+    cached = rig.page_cache.read_all(plan.file, plan.sizes, direct=rig.costs.direct)
     times = loading.stage_times(plan, rig.costs, cached)
     crosses = np.isfinite(rates)  # spilled chunks and unified memory have an infinite "link"
     res.disk_s, res.loader_s, res.link_s = float(times.disk.sum()), float(times.loader.sum()), float(times.link.sum())

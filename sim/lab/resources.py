@@ -52,8 +52,10 @@ class StageCosts:
         per_stream = min(self.queue_depth * r / (self.disk_latency_s + r / self.disk_gbps), self.stream_gbps)
         return min(self.disk_gbps, self.readers * per_stream)
 
-    def copy_s_per_gb(self, copies: int) -> float:
-        return copies / self.copy_gbps if copies and self.copy_gbps else 0.0
+    @property
+    def copy_s_per_gb(self) -> float:
+        """Seconds per GB of one host copy (0 when the loader makes none)."""
+        return 1.0 / self.copy_gbps if self.copy_gbps else 0.0
 
     def pinned_copy_only(self) -> StageCosts:
         """A pinned host buffer copied to the GPU: nothing read, no loader work (the link probe)."""

@@ -27,11 +27,6 @@ class Startup:
     def total_s(self) -> float:
         return self.process_s + self.gpu_context_s + self.weights_s + self.kv_alloc_s + self.warmup_s
 
-    @property
-    def other_s(self) -> float:
-        """Everything but the weights."""
-        return self.total_s - self.weights_s
-
 
 def fixed_s(machine: Machine) -> float:
     """Seconds of a start that do not depend on the weights (process, GPU contexts, KV, warm-up)."""

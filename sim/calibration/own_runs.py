@@ -24,7 +24,6 @@ from sim.llamacpp.params import CostParams
 
 MAX_BYTES = 50_000_000
 PRIOR_LOG_SD = 0.5  # how far (in log) a parameter may move from the public fit before the prior holds it back
-OWN_FITTED = ("cpu_memory_efficiency", "gpu_memory_efficiency", "gpu_compute_efficiency", "link_share", "split_s")
 
 
 def read_bench_file(path: str) -> BenchRuns:
@@ -102,21 +101,43 @@ def simulate(scn: Scenario, machine: str, run: OwnRun, params: CostParams) -> fl
     return run.tokens / seconds
 
 
+def _own_names(st, has_pp: bool) -> list[str]:
+    """The dotted parameters a user's runs move: the engine's backend's memory share (and its prompt path's
+    arithmetic share and the link share when prompts were run), the CPU's memory share, the hand-over cost."""
+    e = st.engine
+    names = ["cpu_memory_efficiency", "split_s"]
+    gpu = e.hw.main_gpu
+    if gpu is not None:
+        d = e.hw.devices[gpu]
+        names.insert(0, f"gpu_memory_efficiency.{d.backend}")
+        if has_pp:
+            names += [f"gemm_efficiency.{d.path}", "link_share"]
+    elif has_pp:
+        names.append("cpu_flops_efficiency")
+    return names
+
+
 def fit_own(scn: Scenario, machine: str, runs: list[OwnRun], start: CostParams | None = None
             ) -> tuple[CostParams, list[str]]:
-    """The parameters of ``OWN_FITTED`` the runs move (module docstring); and the names it fitted."""
+    """The parameters the runs move (module docstring, :func:`_own_names`); and the names it fitted."""
     from scipy.optimize import least_squares
 
-    start = start or CostParams.of(scn.machines[machine].engine.llamacpp.costs)
-    names = list(OWN_FITTED)
-    if not any(r.test == "pp" for r in runs):
-        names = [n for n in names if n not in ("gpu_compute_efficiency", "link_share")]
-    x0 = np.log([max(getattr(start, n), 1e-9) for n in names])
+    from sim.llamacpp.params import bounds
+
+    engine = scn.machines[machine].engine
+    assert engine is not None and engine.llamacpp is not None
+    if start is None:
+        st0 = bench_setup(scn, machine, runs[0].settings, runs[0].tokens + runs[0].depth)
+        start = st0.engine.hw.params
+    else:
+        st0 = bench_setup(scn, machine, runs[0].settings, runs[0].tokens + runs[0].depth, start)
+    names = _own_names(st0, any(r.test == "pp" for r in runs))
+    lookup = start.lookup()
+    x0 = np.log([max(lookup[n], 1e-9) for n in names])
+    hi = np.log([bounds(n)[1] for n in names])
 
     def residuals(z: np.ndarray) -> np.ndarray:
-        values = {n: float(math.exp(v)) for n, v in zip(names, z, strict=True)}
-        values = {n: min(v, 1.0) if n.endswith(("efficiency", "share")) else v for n, v in values.items()}
-        p = start.with_values(**values)
+        p = start.with_values(**{n: float(math.exp(v)) for n, v in zip(names, np.minimum(z, hi), strict=True)})
         errs = []
         for r in runs:
             sim = simulate(scn, machine, r, p)
@@ -124,6 +145,5 @@ def fit_own(scn: Scenario, machine: str, runs: list[OwnRun], start: CostParams |
         return np.concatenate([errs, (z - x0) / PRIOR_LOG_SD])
 
     res = least_squares(residuals, x0, max_nfev=60, diff_step=1e-3)
-    values = {n: float(f"{min(math.exp(v), 1.0) if n.endswith(('efficiency', 'share')) else math.exp(v):.6g}")
-              for n, v in zip(names, res.x, strict=True)}
+    values = {n: float(f"{math.exp(v):.6g}") for n, v in zip(names, np.minimum(res.x, hi), strict=True)}
     return start.with_values(**values), names

@@ -216,16 +216,33 @@ def calibrate(scenario: str | None, scenario_option: str | None, logs: tuple[str
               type=click.Choice(["loading", "loads", "strata", "concurrency", "basalt", "offload"]),
               help="Check only these groups of the shipped tables (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the cells as JSON.")
+@click.option("--public", is_flag=True, help="The fidelity benchmark instead: every public table predicted leave one "
+              "source out (each source by a fit without it and its machine's other sources), written to --out.")
+@click.option("--domain", "domains", multiple=True, type=click.Choice(["llama.cpp", "loads", "routing",
+                                                                        "concurrency"]),
+              help="With --public: only these domains (repeatable; default: all).")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="With --public: the report to write (default: ROOT/docs/fidelity.md).")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="With --public: processes refitting held-out groups in parallel.")
 @quiet_option
 @user_errors
 def validate(scenario: str | None, tables: tuple[str, ...], root: str, groups: tuple[str, ...],
-             as_json: bool) -> None:
+             as_json: bool, public: bool, domains: tuple[str, ...], out: str | None, workers: int) -> None:
     """Every shipped measured table against its scenario, or SCENARIO's own tables: measured, simulated, error and
-    tolerance per cell. Exits 1 when any claimed cell is outside its tolerance."""
+    tolerance per cell. Exits 1 when any claimed cell is outside its tolerance. With --public: the leave-one-source-
+    out fidelity report over every public table (docs/fidelity.md)."""
     from sim.calibration.validate import NOT_CHECKED, scenario_cells, scenario_tables
     from sim.calibration.validate import validate as run_validate
     from sim.core.output import dumps
 
+    if public:
+        if scenario or tables or groups:
+            raise click.UsageError("--public runs the fidelity benchmark over the public tables: give it without "
+                                   "SCENARIO, --table or --only")
+        return _public(root, list(domains), out, workers, as_json)
+    if domains or out or workers != 1:
+        raise click.UsageError("--domain, --out and --workers go with --public")
     not_checked = NOT_CHECKED
     if scenario is None:
         if tables:
@@ -246,3 +263,36 @@ def validate(scenario: str | None, tables: tuple[str, ...], root: str, groups: t
         click.echo(validate_text(cells, not_checked), nl=False)
     if outside:
         sys.exit(1)
+
+
+def _public(root: str, domains: list[str], out: str | None, workers: int, as_json: bool) -> None:
+    """``sim validate --public``: the benchmark, the report written atomically, a summary (or JSON) on stdout."""
+    from sim.core.output import atomic_write_text, dumps
+    from sim.fidelity import report
+    from sim.fidelity.run import HEADLINE, benchmark, notes
+
+    out = out or os.path.join(root, "docs", "fidelity.md")
+    results, missing = benchmark(root, domains or None, workers)
+    command = "sim validate --public" + "".join(f" --domain {d}" for d in domains)
+    text = report.markdown(results, command, notes(root), HEADLINE)
+    if missing:
+        text += "\n## Domains not built\n\n" + "".join(f"- {m}\n" for m in missing)
+    atomic_write_text(out, text)
+    if as_json:
+        rows = [{"domain": name, "table": r.observation.table, "row_id": r.observation.row_id,
+                 "source": r.observation.source, "group": r.group, "quantity": r.observation.quantity,
+                 "backend": r.observation.backend, "measured": r.observation.measured,
+                 "simulated": r.held_out.value, "error": report.error_of(r), "mechanism": r.held_out.mechanism}
+                for name, rs, _ in results for r in rs]
+        click.echo(dumps({"rows": rows, "missing": missing, "report": out}), nl=False)
+        return
+    for name, quantity in HEADLINE:
+        chosen = [r for d, rs, _ in results if d == name for r in rs if r.observation.quantity == quantity]
+        if chosen:
+            st = report.stats(chosen)
+            click.echo(f"{name:10s} {quantity:9s} {st.rows:5d} rows {st.sources:3d} sources  held-out median "
+                       f"|error| {100 * st.median:5.1f}%  within 25% {100 * st.within25:3.0f}%  in-sample "
+                       f"{100 * st.in_sample:5.1f}%")
+    for m in missing:
+        click.echo(f"{m}: not built", err=True)
+    click.echo(f"wrote {out}")

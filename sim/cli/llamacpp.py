@@ -183,17 +183,14 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
               "engine to it instead of the public sweeps.")
 @click.option("--scenario", default=None, type=click.Path(exists=True, dir_okay=False),
               help="With --bench: the scenario of the machine the runs come from (its llama.cpp engine).")
-@click.option("--max-evaluations", type=int, default=400, show_default=True,
-              help="Cost evaluations at most, per start.")
-@click.option("--starts", type=int, default=3, show_default=True, help="Searches from different starts (seeded): "
-              "the lowest training loss wins.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the other starts.")
+@click.option("--max-evaluations", type=int, default=60, show_default=True,
+              help="Least-squares iterations at most (each a Jacobian over every parameter).")
 @user_errors
-def fit_offload(root, out, bench_files, scenario, max_evaluations, starts, seed):
-    """Fit the llama.cpp engine's shared cost parameters to the public offload sweeps (calibration/
-    offload_public.csv): the setups and rows kept out of the fit are reported as a check, never fitted. With
-    --bench and --scenario: fit your machine's engine to your own llama-bench runs; the scenario reads the result
-    back when you add the file to its `calibrations:`."""
+def fit_offload(root, out, bench_files, scenario, max_evaluations):
+    """Fit the llama.cpp engine's shared cost parameters (per backend, never per card) to every public llama-bench
+    table (calibration/public/, mapped by calibration/llamacpp_setups.yaml). How well they predict sources left
+    out is `sim validate --public`. With --bench and --scenario: fit your machine's engine to your own llama-bench
+    runs; the scenario reads the result back when you add the file to its `calibrations:`."""
     if bench_files or scenario:
         if not (bench_files and scenario):
             raise ScenarioError("command line", "--bench" if scenario else "--scenario",
@@ -202,26 +199,25 @@ def fit_offload(root, out, bench_files, scenario, max_evaluations, starts, seed)
     out = out or "calibration/llamacpp.yaml"
     import yaml
 
-    from sim.calibration.offload_fit import fit, read_table, report_markdown, result_yaml
+    from sim.calibration.llamacpp_cases import read_cases
+    from sim.calibration.llamacpp_fit import fit, predict
+    from sim.calibration.llamacpp_report import report_markdown, result_yaml
     from sim.core.output import atomic_write_text
 
-    table = read_table(root)
-    click.echo(f"sim fit-offload: {len(table.observations)} observations "
-               f"({sum(o.role == 'fit' for o in table.observations)} fit, "
-               f"{sum(o.role == 'check' for o in table.observations)} check), {len(table.excluded)} excluded",
-               err=True)
-    result = fit(table, max_evaluations=max_evaluations, starts=starts, seed=seed)
-    command = f"sim fit-offload --root {root} --out {out} --starts {starts} --seed {seed}"
-    doc = result_yaml(result, table, command)
+    table = read_cases(root)
+    click.echo(f"sim fit-offload: {len(table.cases)} measured numbers of {len({c.source for c in table.cases})} "
+               f"sources, {len(table.excluded)} rows not expressed", err=True)
+    result = fit(table.cases, max_evaluations=max_evaluations)
+    predictions = predict(table.cases, result.params)
+    command = f"sim fit-offload --root {root} --out {out}"
+    doc = result_yaml(result, table, predictions, command)
     header = [f"# The llama.cpp engine's cost parameters, written by: {command}",
-              "# sim.llamacpp.params.DEFAULTS, BAND and BAND_WITHIN repeat these values (a test keeps them equal)."]
+              "# sim.llamacpp.params.DEFAULTS repeats these values (a test keeps them equal)."]
     atomic_write_text(out, "\n".join(header) + "\n" + yaml.safe_dump(doc, sort_keys=False, width=120))
     report = os.path.join(os.path.dirname(out) or ".", "llamacpp_report.md")
-    atomic_write_text(report, report_markdown(result, table))
-    for key, v in result.summary().items():
-        err = v["median_abs_error"]
-        click.echo(f"{key:9s} median |error| {err:6.1%} over {v['observations']:.0f} observations"
-                   if math.isfinite(err) else f"{key:9s} no observations")
+    atomic_write_text(report, report_markdown(result, table, predictions))
+    for key, v in doc["summary"].items():
+        click.echo(f"{key:32s} in-sample median |error| {v['median_abs_error']:.4g} over {v['rows']} rows")
     click.echo(f"wrote {out} and {report} ({result.evaluations} evaluations)")
 
 
@@ -357,7 +353,7 @@ def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None) -> No
 
     from sim.calibration.own_runs import fit_own, is_bench_output, own_runs, read_bench_file, simulate
     from sim.core.output import atomic_write_text
-    from sim.llamacpp.params import UNITS, CostParams
+    from sim.llamacpp.params import unit
 
     scn, machine = _machine_scenario(scenario, None, None, None, None, 1, None, None, "linux", None, 16, 0.0)
     base = scn.machines[machine].engine.llamacpp
@@ -372,7 +368,9 @@ def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None) -> No
         notes += [f"{path}: {n}" for n in why]
     if not runs:
         raise ScenarioError(bench_files[0], "", "no pp or tg test to fit")
-    before = CostParams.of(base.costs)
+    from sim.llamacpp.bench import bench_setup
+
+    before = bench_setup(scn, machine, runs[0].settings, runs[0].tokens + runs[0].depth).engine.hw.params
     after, names = fit_own(scn, machine, runs, before)
     for n in notes:
         click.echo(f"sim: note: {n}", err=True)
@@ -383,8 +381,10 @@ def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None) -> No
         click.echo(f"{label:14s} {r.measured:9.2f} {simulate(scn, machine, r, before):9.2f} "
                    f"{simulate(scn, machine, r, after):9.2f}  {flags}")
     prefix = f"machines.{machine}.engine.llamacpp.costs"
-    doc = {"kind": "fit-offload", "parameters": {f"{prefix}.{n}": getattr(after, n) for n in names},
-           "units": {f"{prefix}.{n}": UNITS[n] for n in names},
+    plain = {n: n.split(".", 1)[0] for n in names}  # the engine's own backend's value: costs.FAMILY
+    got = after.lookup()
+    doc = {"kind": "fit-offload", "parameters": {f"{prefix}.{plain[n]}": got[n] for n in names},
+           "units": {f"{prefix}.{plain[n]}": unit(n) for n in names},
            "runs": [f"{p}" for p in bench_files]}
     stem = os.path.splitext(os.path.basename(scenario))[0]
     out = out or os.path.join("calibration", f"{stem}_llamacpp.yaml")
@@ -392,5 +392,5 @@ def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None) -> No
               f"# Your runs ({len(runs)} tests) moved these from the public fit; list this file under the scenario's",
               "# calibrations: to use them (values the scenario sets itself win)."]
     atomic_write_text(out, "\n".join(header) + "\n" + yaml.safe_dump(doc, sort_keys=False, width=120))
-    click.echo(f"wrote {out}: " + ", ".join(f"{n} {getattr(before, n):.4g} -> {getattr(after, n):.4g}"
-                                           for n in names))
+    was = before.lookup()
+    click.echo(f"wrote {out}: " + ", ".join(f"{n} {was[n]:.4g} -> {got[n]:.4g}" for n in names))

@@ -16,47 +16,49 @@ KvType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0",
 
 
 class LlamaCppCosts(Strict):
-    """The engine's shares of what the hardware's specs allow and its fixed costs (sim.llamacpp.params: the
-    defaults are the fit to public llama.cpp offload sweeps, calibration/llamacpp.yaml). A value here overrides
-    the fitted one."""
+    """The engine's shares of what the hardware's specs allow and its fixed costs, for the engine's own backend
+    (sim.llamacpp.params: the defaults are the fit to the public llama-bench tables, calibration/llamacpp.yaml). A
+    value here overrides the fitted one."""
 
     gpu_memory_efficiency: float | None = Field(
         None, ge=MIN_FRACTION, le=1, description="Share of a card's memory bandwidth its weight and KV reads get "
         "(fraction).")
-    gpu_compute_efficiency: float | None = Field(
-        None, ge=MIN_FRACTION, le=1, description="Share of a card's dense FP16 tensor throughput prompt "
-        "processing gets (fraction).")
+    gemm_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of the peak of the units prompt matrix products run on "
+        "(the card's dense FP16 matrix throughput, or its FP32 vector throughput without matrix kernels) (fraction).")
+    flash_attn_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of that peak a prompt's flash-attention kernel gets "
+        "(fraction).")
+    node_s: float | None = Field(
+        None, ge=0, le=0.01, description="Fixed cost of one compute-graph node the card runs (a kernel launch) (s).")
+    token_s: float | None = Field(
+        None, ge=0, le=1, description="Fixed time per decode step or prompt ubatch: graph build, sampling (s).")
+    context_mib: float | None = Field(
+        None, ge=0, le=16384, description="Device memory the backend holds besides its buffers on each card used: "
+        "driver context, libraries, pools (MiB).")
     cpu_memory_efficiency: float | None = Field(
         None, ge=MIN_FRACTION, le=1, description="Share of the host's paper DRAM bandwidth the CPU reads weights "
         "at when it computes them (fraction).")
     cpu_thread_gbps: float | None = Field(
         None, gt=0, le=1000, description="DRAM bandwidth one CPU thread pulls (GB/s): fewer threads than "
         "bandwidth / this leave bandwidth unused.")
-    cpu_gflops_per_core: float | None = Field(
-        None, gt=0, le=10000, description="Quantized matrix arithmetic one CPU core does while prompts run on the "
-        "CPU (GFLOP/s).")
-    ik_cpu_gflops_per_core: float | None = Field(
-        None, gt=0, le=10000, description="The same with ik_llama.cpp's CPU kernels (GFLOP/s).")
+    cpu_flops_efficiency: float | None = Field(
+        None, gt=0, le=2, description="Share of the CPU's FP32 SIMD peak (cores x clock x FLOPs per cycle) its "
+        "prompt kernels get (fraction).")
+    ik_cpu_flops_efficiency: float | None = Field(
+        None, gt=0, le=2, description="The same with ik_llama.cpp's CPU kernels (fraction).")
     split_s: float | None = Field(
         None, ge=0, le=0.1, description="One hand-over of the activations between devices (CPU and a GPU, or two "
         "GPUs) along a step's path: copy, synchronisation, wake-up (s).")
-    token_s: float | None = Field(
-        None, ge=0, le=1, description="Fixed time per decode step: graph build, sampling, launches (s).")
-    gpu_layer_s: float | None = Field(
-        None, ge=0, le=0.1, description="Fixed GPU time per layer per step it runs there (kernel launches) (s).")
-    cpu_layer_s: float | None = Field(
-        None, ge=0, le=0.1, description="Fixed CPU time per layer per step it runs there (thread barriers) (s).")
     link_share: float | None = Field(
         None, ge=MIN_FRACTION, le=1, description="Share of the link's copy rate weights mapped from the file "
         "(pageable host memory) cross it at when the GPU computes them for a large batch (fraction); with "
         "--no-mmap they sit in pinned memory and cross at the link's rate.")
     spill_link_share: float | None = Field(
-        None, ge=MIN_FRACTION, le=1, description="Share of the link's rate a card reads weights the driver moved "
+        None, ge=MIN_FRACTION, le=1, description="Share of the link's rate a card reads memory the driver moved "
         "to shared system memory at (fraction).")
     windows_reserved_gib: float | None = Field(
         None, ge=0, le=MAX_GIB, description="VRAM Windows' desktop compositor (WDDM) keeps on a card (GiB).")
-    cuda_context_mib: float | None = Field(
-        None, ge=0, le=16384, description="VRAM of the CUDA context and libraries on each card used (MiB).")
 
 
 class LlamaCpp(Strict):
@@ -69,15 +71,17 @@ class LlamaCpp(Strict):
                            "in host RAM, computed by the CPU.")
     cpu_moe: bool = Field(False, description="--cpu-moe: every layer's routed experts stay on the CPU.")
     override_tensor: list[str] = Field(
-        default_factory=list, description="-ot rules 'REGEX=BUFFER' (BUFFER: CPU, CUDA0, CUDA1, ...): a tensor "
-        "whose GGUF name (blk.12.ffn_up_exps.weight) the first matching rule finds goes to that buffer.")
+        default_factory=list, description="-ot rules 'REGEX=BUFFER' (BUFFER: CPU or a card as the backend names it: "
+        "CUDA0, ROCm0, Vulkan0, Metal, SYCL0, ...): a tensor whose GGUF name (blk.12.ffn_up_exps.weight) the first "
+        "matching rule finds goes to that buffer.")
     ctx_size: int = Field(4096, ge=1, le=10_000_000, description="-c: KV cells allocated, all slots together "
                           "(tokens).")
     batch_size: int = Field(2048, ge=1, le=1_000_000, description="-b: logical batch (tokens).")
     ubatch_size: int = Field(512, ge=1, le=1_000_000, description="-ub: physical batch a prompt is processed in "
                              "(tokens).")
     threads: int | None = Field(None, ge=1, le=4096, description="-t: CPU threads (default: the host's cores).")
-    flash_attn: bool | Literal["auto"] = Field("auto", description="-fa: flash attention (auto: on for CUDA).")
+    flash_attn: bool | Literal["auto"] = Field("auto", description="-fa: flash attention (auto: on where the "
+                                               "backend has the kernel, every GPU backend here).")
     cache_type_k: KvType = Field("f16", description="-ctk: type of the K cache.")
     cache_type_v: KvType = Field("f16", description="-ctv: type of the V cache.")
     parallel: PositiveInt = Field(1, le=1024, description="-np: server slots decoding together.")
@@ -94,7 +98,15 @@ class LlamaCpp(Strict):
     sysmem_fallback: bool | None = Field(
         None, description="The driver backs allocations beyond VRAM with shared system memory instead of failing "
         "(default: on under Windows, off under Linux).")
-    build: Literal["llama.cpp", "ik_llama.cpp"] = Field("llama.cpp", description="Which engine build (reported).")
+    build: Literal["llama.cpp", "ik_llama.cpp"] = Field("llama.cpp", description="Which engine build: ik_llama.cpp "
+                                                        "has its own CPU kernels.")
+    backend: Literal["auto", "cuda", "hip", "vulkan", "metal", "sycl", "opencl", "cpu"] = Field(
+        "auto", description="The GPU backend the build runs the cards with (auto: CUDA on NVIDIA, HIP on AMD, SYCL on "
+        "Intel, Metal on Apple; cpu: a CPU-only build, every layer on the CPU).")
+    vulkan_matrix: Literal["auto", "coopmat2", "coopmat", "none"] = Field(
+        "auto", description="Vulkan only: the cooperative-matrix extension its prompt kernels use (auto: "
+        "NV_coopmat2 on NVIDIA cards with tensor cores, KHR_coopmat on other cards with matrix units, none: "
+        "scalar shaders).")
     costs: LlamaCppCosts = LlamaCppCosts()
 
 
@@ -109,8 +121,9 @@ class Bench(Strict):
 
 
 def parse_rules(rules: list[str], source: str, key: str, gpus: tuple[str, ...]) -> list[tuple[re.Pattern, str]]:
-    """``-ot`` rules ``REGEX=BUFFER`` as (compiled expression, device). A buffer is CPU or a card (CUDA0, ...; any
-    case; a ``_Host``/``_Mapped`` suffix is CPU memory too). Raises ScenarioError naming the rule."""
+    """``-ot`` rules ``REGEX=BUFFER`` as (compiled expression, device). A buffer is CPU or a card (CUDA0, ROCm0,
+    Vulkan0, Metal, ...; any case; a ``_Host``/``_Mapped`` suffix is CPU memory too). Raises ScenarioError naming the
+    rule."""
     out = []
     for i, rule in enumerate(rules):
         pattern, sep, buffer = rule.rpartition("=")
@@ -122,9 +135,12 @@ def parse_rules(rules: list[str], source: str, key: str, gpus: tuple[str, ...]) 
         except re.error as exc:
             raise ScenarioError(source, f"{key}.{i}", f"'{pattern}': not a regular expression ({exc})") from None
         device = buffer.strip().upper()
+        by_upper = {g.upper(): g for g in gpus}
         if device.endswith(("_HOST", "_MAPPED")) or device == "CPU":
             device = "CPU"
-        elif device not in gpus:
+        elif device in by_upper:
+            device = by_upper[device]
+        else:
             raise ScenarioError(source, f"{key}.{i}", f"buffer '{buffer}': expected CPU or one of the machine's "
                                 f"cards ({', '.join(gpus) or 'none'})")
         out.append((compiled, device))

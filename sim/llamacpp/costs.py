@@ -1,101 +1,142 @@
 """Time of a decode step and of a prompt under llama.cpp, from the placement, the hardware's specs and the cost
-parameters.
+parameters, written as a :class:`~sim.llamacpp.ledger.Ledger`.
 
-A token passes the blocks in order and, in each, its attention, the FFN part outside the routed experts and the
-routed experts, each on the device holding it (:mod:`sim.llamacpp.placement`). llama.cpp runs these one after
-another: the CPU part of a block and its GPU part never overlap. Every part costs the longer of its reads and its
-arithmetic on its device:
+A token passes the blocks in order and, in each, its mixer (attention, MLA or linear attention, :mod:`layers`),
+the FFN part outside the routed experts and the routed experts, each on the device holding it
+(:mod:`sim.llamacpp.placement`). llama.cpp runs these one after another: the CPU part of a block and its GPU part
+never overlap. Every part costs the longer of its reads and its arithmetic on its device:
 
-- a card reads at ``gpu_memory_efficiency x hbm_gbps`` and computes at ``gpu_compute_efficiency x tflops``; bytes the
-  driver moved to shared system memory (:mod:`sim.llamacpp.memory`) are read over the link at
-  ``spill_link_share x`` its rate;
-- the CPU reads at ``cpu_memory_efficiency x`` the host's paper DRAM bandwidth, or ``threads x cpu_thread_gbps`` when
-  fewer threads cannot pull that much, and computes at ``min(threads, cores) x cpu_gflops_per_core`` (ik_llama.cpp's
-  CPU kernels: ``ik_cpu_gflops_per_core``).
+- a card reads at ``gpu_memory_efficiency.B x hbm_gbps`` (B its backend); its prompt arithmetic runs on the units of
+  its path (:func:`sim.llamacpp.backends.compute_path`) at ``gemm_efficiency.P x`` their peak, a decode step's at
+  ``gemm_efficiency.B_vector x`` its FP32 vector peak, a prompt's flash attention at ``flash_attn_efficiency.B x``
+  the path's peak; bytes the driver moved to shared system memory (:mod:`sim.llamacpp.memory`) are read over the
+  link at ``spill_link_share x`` its rate;
+- the CPU reads at ``cpu_memory_efficiency x`` the host's paper DRAM bandwidth, or ``threads x cpu_thread_gbps``
+  when fewer threads cannot pull that much, and computes at ``cpu_flops_efficiency x`` its FP32 SIMD peak (cores x
+  clock x FLOPs per cycle; ik_llama.cpp's kernels: ``ik_cpu_flops_efficiency``). CPU-held weights a mapping cannot
+  keep resident (host RAM smaller than them) are read from the disk each pass.
 
-A decode step of ``b`` sequences at context ``d`` reads every weight of its parts once, the routed experts its
-tokens chose (``E (1 - (1 - k/E)^b)`` of a block's ``E``, each token taking ``k``) and each sequence's KV; it
-computes 2 FLOPs per weight per token and ``4 x heads x head_dim`` per token and context token. Each hand-over
-between devices along the path costs ``split_s``; each block costs ``gpu_layer_s`` and/or ``cpu_layer_s`` where it
-runs; a step costs ``token_s`` more.
+A decode step of ``b`` sequences at context ``d`` reads every weight of its parts once, the routed experts its tokens
+chose (``E (1 - (1 - k/E)^b)`` of a block's ``E``) and each sequence's cache (:class:`~sim.llamacpp.layers.Mixer`).
+Each graph node a device runs costs ``node_s`` of its backend (:mod:`graph`), each hand-over between devices
+``split_s``, each step (and each prompt ubatch) ``token_s`` of the main device's backend.
 
-A prompt runs in ubatches of ``ubatch_size`` tokens (at most ``batch_size``). Weights in host RAM are computed by
-the CPU for small ubatches; from ``offload_min_batch`` tokens on (with op offload on) llama.cpp copies each such
-tensor whole (every expert of a block) over the link and the card computes it: so prefill depends on the ubatch and
-on PCIe. Weights mapped from the file (mmap) are pageable memory and cross at ``link_share x`` the link's rate; with
-``--no-mmap`` llama.cpp loads them into pinned host memory (its CUDA_Host buffer), which crosses at the link's rate.
-Host memory bandwidth bounds the copies too: a pageable copy passes every byte through DRAM three times, so it goes
-no faster than a third of the DRAM's paper rate (a pinned one: that rate), which a slow DRAM makes the limit.
-The attention over a KV cache in host RAM stays on the CPU.
+A prompt runs in ubatches of ``ubatch_size`` tokens (at most ``batch_size``). Weights in host RAM are computed by the
+CPU for small ubatches; from ``offload_min_batch`` tokens on (with op offload on) llama.cpp copies each such tensor
+whole over the link and the card computes it: pageable (mmap) memory crosses at ``link_share x`` the link's rate,
+pinned (``--no-mmap``) at the link's rate, and host memory bounds both (a pageable copy passes every byte through
+DRAM three times, a pinned one once). The attention over a cache in host RAM stays on the CPU.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
-from sim.core.units import GB
-from sim.llamacpp.memory import kv_bytes_per_cell
+from sim.llamacpp.graph import OUTPUT_NODES, attention_nodes, ffn_nodes
+from sim.llamacpp.layers import Mixer, mixers
+from sim.llamacpp.ledger import Channel, Ledger
+from sim.llamacpp.memory import KV_TYPE_BYTES
 from sim.llamacpp.params import CostParams
 from sim.llamacpp.placement import CPU, Placement
-
-
-@dataclass(frozen=True)
-class Rates:
-    """A device's effective rates: bytes/s it reads weights at, FLOP/s it computes at; for a card also its link
-    (bytes/s, host -> card) and the share of its allocations in system memory."""
-
-    read: float
-    flops: float
-    link: float = 0.0
-    spill_share: float = 0.0
-
 
 PAGEABLE_DRAM_PASSES = 3  # a pageable copy: the CPU reads the page, writes a pinned staging buffer, the DMA reads it
 
 
 @dataclass(frozen=True)
-class Hardware:
-    """The devices one engine runs on (by llama.cpp's names) and the cost parameters; ``dram`` is the host DRAM's
-    paper bandwidth (bytes/s), which bounds every copy from host memory."""
+class Device:
+    """One device's specs as the costs use them: bytes/s of its memory, FLOP/s of its prompt path's units and of its
+    vector units, and for a card its backend, path, link (bytes/s, host -> card) and the share of its allocations in
+    system memory."""
 
-    rates: dict[str, Rates]
+    name: str
+    backend: str  # cuda, hip, vulkan, metal, sycl, opencl; cpu
+    memory_bps: float  # paper bytes/s (a card's memory; the CPU: its read rate, already the threads' cap)
+    peak_flops: float  # FLOP/s of the prompt path's units (the CPU: its FP32 SIMD peak)
+    vector_flops: float  # FLOP/s of its vector units (decode arithmetic)
+    path: str = "cpu"  # the prompt kernels' path (sim.llamacpp.backends.PATHS), "cpu" for the CPU
+    link_bps: float = 0.0
+    spill_share: float = 0.0
+    resident_share: float = 1.0  # CPU: share of its mapped weights that stay in RAM (the rest is re-read from disk)
+    disk_bps: float = 0.0  # CPU: the disk the non-resident weights are read from (bytes/s)
+    thread_bps: float = 0.0  # CPU: what its threads can pull at most (threads x cpu_thread_gbps, bytes/s; 0: no cap)
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.name == CPU
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The devices one engine runs on (by llama.cpp's names), its cost parameters and host DRAM's paper bandwidth
+    (bytes/s), which bounds every copy from host memory."""
+
+    devices: dict[str, Device]
     params: CostParams
     main_gpu: str | None  # the card large batches of CPU-held weights are copied to
     dram: float = float("inf")
+    ik_kernels: bool = False  # ik_llama.cpp's CPU kernels
+    os: str = "linux"  # the host's operating system (its driver's pageable copies)
 
-    def copy_rate(self, device: str, pinned: bool) -> float:
-        """Bytes/s a card receives weights from host memory at: its link (pageable memory at ``link_share`` of
-        it), and at most the host DRAM's paper rate over the passes the copy makes through it (three for pageable
-        memory, one for pinned: the DMA reads it)."""
-        link = self.rates[device].link
+    def read(self, device: str) -> Channel:
+        d = self.devices[device]
+        if d.is_cpu:
+            return ("cpu_memory_efficiency", d.memory_bps)
+        return (self.params.name("gpu_memory_efficiency", d.backend), d.memory_bps)
+
+    def gemm(self, device: str) -> Channel:
+        d = self.devices[device]
+        if d.is_cpu:
+            return ("ik_cpu_flops_efficiency" if self.ik_kernels else "cpu_flops_efficiency", d.peak_flops)
+        return (self.params.name("gemm_efficiency", d.path), d.peak_flops)
+
+    def vector(self, device: str) -> Channel:
+        d = self.devices[device]
+        if d.is_cpu:
+            return self.gemm(device)
+        return (self.params.name("gemm_efficiency", f"{d.backend}_vector"), d.vector_flops)
+
+    def flash(self, device: str) -> Channel:
+        d = self.devices[device]
+        if d.is_cpu:
+            return self.gemm(device)
+        return (self.params.name("flash_attn_efficiency", d.path), d.peak_flops)
+
+    def node(self, device: str) -> str:
+        return self.params.name("node_s", self.devices[device].backend)
+
+    def token(self, device: str) -> str:
+        return self.params.name("token_s", self.devices[device].backend)
+
+    def reads(self, device: str, nbytes: float) -> list[tuple[float, Channel]]:
+        """The addends of ``device`` reading ``nbytes`` of what it holds: its memory, the share in shared system
+        memory over the link, the share a mapping could not keep resident from the disk."""
+        d = self.devices[device]
+        if d.is_cpu:
+            if d.resident_share < 1.0 and d.disk_bps > 0:
+                return [(nbytes * d.resident_share, self.read(device)),
+                        (nbytes * (1 - d.resident_share), (None, d.disk_bps))]
+            return [(nbytes, self.read(device))]
+        if d.spill_share > 0 and d.link_bps > 0:
+            return [(nbytes * (1 - d.spill_share), self.read(device)),
+                    (nbytes * d.spill_share, ("spill_link_share", d.link_bps))]
+        return [(nbytes, self.read(device))]
+
+    def work(self, device: str, nbytes: float, flops: float, arithmetic: Channel) -> tuple[list, list, list]:
+        """A part's three bounds on ``device``: its reads, its arithmetic on ``arithmetic``, and for the CPU what its
+        threads can pull."""
+        d = self.devices[device]
+        cap = [(nbytes * d.resident_share, (None, d.thread_bps))] if d.is_cpu and d.thread_bps > 0 else []
+        return self.reads(device, nbytes), [(flops, arithmetic)], cap
+
+    def copy(self, device: str, nbytes: float, pinned: bool) -> tuple[list, list]:
+        """The two bounds of copying ``nbytes`` from host memory to card ``device``: its link (pageable memory at
+        ``link_share`` of it) and host DRAM over the passes the copy makes through it."""
+        link = self.devices[device].link_bps
         if pinned:
-            return min(link, self.dram)
-        return min(self.params.link_share * link, self.dram / PAGEABLE_DRAM_PASSES)
-
-    def read_s(self, device: str, nbytes: float) -> float:
-        """Seconds ``device`` takes to read ``nbytes`` of its weights (system-memory share over the link, at most
-        at the host DRAM's rate)."""
-        r = self.rates[device]
-        if r.spill_share > 0 and r.link > 0:
-            spill_rate = min(self.params.spill_link_share * r.link, self.dram)
-            return nbytes * ((1 - r.spill_share) / r.read + r.spill_share / spill_rate)
-        return nbytes / r.read
-
-    def part_s(self, device: str, nbytes: float, flops: float) -> float:
-        return max(self.read_s(device, nbytes), flops / self.rates[device].flops)
-
-
-def cpu_rates(paper_gbps: float, cores: int, threads: int, p: CostParams, build: str = "llama.cpp") -> Rates:
-    """The CPU's read rate (bytes/s) and arithmetic (FLOP/s) with ``threads`` threads, with the build's kernels."""
-    read = min(p.cpu_memory_efficiency * paper_gbps, threads * p.cpu_thread_gbps) * GB
-    per_core = p.ik_cpu_gflops_per_core if build == "ik_llama.cpp" else p.cpu_gflops_per_core
-    return Rates(read, min(threads, cores) * per_core * 1e9)
-
-
-def gpu_rates(hbm_gbps: float, tflops: float | None, link_gbps: float, spill_share: float, p: CostParams) -> Rates:
-    """A card's read rate and arithmetic (no tflops: reads alone bound it) and its link (bytes/s)."""
-    flops = p.gpu_compute_efficiency * tflops * 1e12 if tflops else float("inf")
-    return Rates(p.gpu_memory_efficiency * hbm_gbps * GB, flops, link_gbps * GB, spill_share)
+            return [(nbytes, (None, link))], [(nbytes, (None, self.dram))]
+        return [(nbytes, (self.params.name("link_share", self.os), link))], \
+            [(nbytes * PAGEABLE_DRAM_PASSES, (None, self.dram))]
 
 
 @dataclass(frozen=True)
@@ -112,19 +153,16 @@ class StepParts:
     def total_s(self) -> float:
         return self.gpu_s + self.cpu_s + self.link_s + self.split_s + self.fixed_s
 
-
-class _Acc:
-    def __init__(self) -> None:
-        self.gpu = self.cpu = self.link = self.split = self.fixed = 0.0
-
-    def add(self, device: str, seconds: float) -> None:
-        if device == CPU:
-            self.cpu += seconds
-        else:
-            self.gpu += seconds
-
-    def parts(self) -> StepParts:
-        return StepParts(self.gpu, self.cpu, self.link, self.split, self.fixed)
+    @classmethod
+    def of(cls, seconds: dict[str, float]) -> StepParts:
+        """From seconds by ledger category (``gpu:weights``, ``cpu:experts``, ``fixed:nodes``, ...: summed by what
+        precedes the colon)."""
+        sums: dict[str, float] = {}
+        for k, v in seconds.items():
+            head = k.split(":", 1)[0]
+            sums[head] = sums.get(head, 0.0) + v
+        return cls(sums.get("gpu", 0.0), sums.get("cpu", 0.0), sums.get("link", 0.0), sums.get("split", 0.0),
+                   sums.get("fixed", 0.0))
 
 
 def _touched(experts: int, top_k: int, tokens: float) -> float:
@@ -146,106 +184,166 @@ class Engine:
     op_offload: bool = True
     offload_min_batch: int = 32
     pinned_host: bool = False  # CPU weights in pinned host memory (--no-mmap with a GPU): copies at the full link rate
+    flash_attn: bool = True
+    _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
-    def _path(self):
-        return self.placement.path
+    @cached_property
+    def mixers(self) -> tuple[Mixer, ...]:
+        return mixers(self.placement.model.geometry)
+
+    @cached_property
+    def _values(self) -> dict[str, float]:
+        return self.hw.params.lookup()
+
+    def values(self) -> dict[str, float]:
+        """The parameter values this engine's ledgers are evaluated with."""
+        return self._values
+
+    def _main(self) -> str:
+        return self.hw.main_gpu if self.hw.main_gpu is not None else CPU
 
     def _kv_device(self, block: int) -> str:
         return self.placement.block_device[block] if self.kv_offload else CPU
 
-    def decode_step(self, batch: int = 1, context: float = 0.0) -> StepParts:
-        """One decode step of ``batch`` sequences each with ``context`` tokens of KV (s, by where it goes)."""
-        pl, hw, p = self.placement, self.hw, self.hw.params
+    def _category(self, device: str, what: str) -> str:
+        return ("cpu:" if device == CPU else "gpu:") + what
+
+    def _kv_bytes(self) -> tuple[float, float]:
+        return KV_TYPE_BYTES[self.cache_type_k], KV_TYPE_BYTES[self.cache_type_v]
+
+    def decode_ledger(self, batch: int = 1, context: float = 0.0) -> Ledger:
+        """The work of one decode step of ``batch`` sequences each with ``context`` tokens of cache."""
+        pl, hw = self.placement, self.hw
         g = pl.model.geometry
-        acc = _Acc()
+        lg = Ledger()
         here = CPU  # the token embedding is looked up on the CPU
-        att_flops_per_ctx = 4.0 * g.heads * g.head_dim
-        cell = kv_bytes_per_cell(pl, self.cache_type_k, self.cache_type_v)
-        for block, role, parts in self._path():
+        kb, vb = self._kv_bytes()
+        moe_blocks = self._moe_blocks
+        for block, role, parts in pl.path:
             for device, nbytes, params in parts:
-                flops = 2.0 * params * batch
-                read = nbytes
+                read, flops = nbytes, 2.0 * params * batch
                 if role == "experts":
-                    share = _touched(g.experts_per_layer, g.top_k, batch) / max(g.experts_per_layer, 1)
-                    read = nbytes * share
+                    read = nbytes * _touched(g.experts_per_layer, g.top_k, batch) / max(g.experts_per_layer, 1)
                     flops = 2.0 * params * batch * g.top_k / max(g.experts_per_layer, 1)
                 if device != here:
-                    acc.split += p.split_s
+                    lg.count("split_s", 1, "split")
                     here = device
-                seconds = hw.part_s(device, read, flops)
-                acc.add(device, seconds)
+                lg.term(self._category(device, role), *hw.work(device, read, flops, hw.vector(device)))
+                lg.count(hw.node(device), self._nodes(block, role, moe_blocks), "fixed:nodes")
             if role == "attention":
                 kv_dev = self._kv_device(block)
-                kv = batch * context * cell
                 if kv_dev != here:
-                    acc.split += p.split_s
+                    lg.count("split_s", 1, "split")
                     here = kv_dev
-                acc.add(kv_dev, hw.part_s(kv_dev, kv, batch * context * att_flops_per_ctx))
+                reads, flops, scores = self.mixers[block].decode(context, batch, self.flash_attn, kb, vb)
+                lg.term(self._category(kv_dev, "cache"), *hw.work(kv_dev, reads, flops, hw.vector(kv_dev)))
+                if scores:
+                    lg.term(self._category(kv_dev, "scores"), hw.reads(kv_dev, scores))
+        self._output(lg, here, batch)
+        lg.count(hw.token(self._main()), 1, "fixed:step")
+        return lg
+
+    @cached_property
+    def _moe_blocks(self) -> frozenset[int]:
+        return frozenset(b for b, role, _ in self.placement.path if role == "experts")
+
+    def _nodes(self, block: int, role: str, moe_blocks: frozenset[int]) -> int:
+        g = self.placement.model.geometry
+        if role == "attention":
+            return attention_nodes(self.mixers[block].kind, self.flash_attn)
+        ffn, experts = ffn_nodes(g, block in moe_blocks)
+        return ffn if role == "ffn" else experts
+
+    def _output(self, lg: Ledger, here: str, tokens: int) -> None:
+        pl, hw = self.placement, self.hw
         out = pl.output_device
         out_t = pl.model.tensors[-1]
         if out != here:
-            acc.split += p.split_s
-        acc.add(out, hw.part_s(out, out_t.bytes, 2.0 * out_t.params * batch))
-        acc.fixed = p.token_s + self._layer_fixed()
-        return acc.parts()
+            lg.count("split_s", 1, "split")
+        lg.term(self._category(out, "output"), *hw.work(out, out_t.bytes, 2.0 * out_t.params * tokens,
+                                                          hw.vector(out)))
+        lg.count(hw.node(out), OUTPUT_NODES, "fixed:nodes")
 
-    def _layer_fixed(self) -> float:
-        p = self.hw.params
-        cpu_blocks, gpu_blocks = self.placement.blocks_running
-        return cpu_blocks * p.cpu_layer_s + gpu_blocks * p.gpu_layer_s
-
-    def ubatch(self, tokens: int, context: float) -> StepParts:
-        """One ubatch of ``tokens`` prompt tokens after ``context`` tokens of KV (s, by where it goes)."""
-        pl, hw, p = self.placement, self.hw, self.hw.params
+    def ubatch_ledger(self, tokens: int, context: float) -> Ledger:
+        """The work of one ubatch of ``tokens`` prompt tokens after ``context`` tokens of cache."""
+        pl, hw = self.placement, self.hw
         g = pl.model.geometry
-        acc = _Acc()
+        lg = Ledger()
         here = CPU
         offload = self.op_offload and hw.main_gpu is not None and tokens >= self.offload_min_batch
-        att_flops = 4.0 * g.heads * g.head_dim * tokens * (context + tokens / 2.0)
-        cell = kv_bytes_per_cell(pl, self.cache_type_k, self.cache_type_v)
-        for block, role, parts in self._path():
+        kb, vb = self._kv_bytes()
+        moe_blocks = self._moe_blocks
+        for block, role, parts in pl.path:
             for device, nbytes, params in parts:
-                flops = 2.0 * params * tokens
-                read = nbytes
+                flops, read = 2.0 * params * tokens, nbytes
                 if role == "experts":
                     read = nbytes * _touched(g.experts_per_layer, g.top_k, tokens) / max(g.experts_per_layer, 1)
                     flops = 2.0 * params * tokens * g.top_k / max(g.experts_per_layer, 1)
                 run_on = device
                 if device == CPU and offload:
                     run_on = hw.main_gpu
-                    acc.link += nbytes / hw.copy_rate(run_on, self.pinned_host)  # the whole tensor crosses
+                    assert run_on is not None
+                    lg.term("link", *hw.copy(run_on, nbytes, self.pinned_host))  # the whole tensor crosses
                     read = 0.0  # computed from the copy
                 if run_on != here:
-                    acc.split += p.split_s
+                    lg.count("split_s", 1, "split")
                     here = run_on
-                acc.add(run_on, hw.part_s(run_on, read, flops))
+                lg.term(self._category(run_on, role), *hw.work(run_on, read, flops, hw.gemm(run_on)))
+                lg.count(hw.node(run_on), self._nodes(block, role, moe_blocks), "fixed:nodes")
             if role == "attention":
                 kv_dev = self._kv_device(block)
-                kv = context * cell
                 if kv_dev != here:
-                    acc.split += p.split_s
+                    lg.count("split_s", 1, "split")
                     here = kv_dev
-                acc.add(kv_dev, hw.part_s(kv_dev, kv, att_flops))
-        acc.fixed = p.token_s + self._layer_fixed()
-        return acc.parts()
+                reads, flops, scores = self.mixers[block].prompt(tokens, context, self.flash_attn, kb, vb)
+                arithmetic = hw.flash(kv_dev) if self.flash_attn else hw.gemm(kv_dev)
+                lg.term(self._category(kv_dev, "attention"), *hw.work(kv_dev, reads, flops, arithmetic))
+                if scores:
+                    lg.term(self._category(kv_dev, "scores"), hw.reads(kv_dev, scores))
+        self._output(lg, here, 1)  # llama-bench and a server's prompt want the last token's logits
+        lg.count(hw.token(self._main()), 1, "fixed:step")
+        return lg
 
-    def prompt_s(self, tokens: int, context: float = 0.0, ubatch: int = 512) -> float:
-        """A prompt of ``tokens`` tokens after ``context`` tokens of KV, in ubatches of ``ubatch`` (s)."""
-        total, done = 0.0, 0
+    def prompt_ledger(self, tokens: int, context: float = 0.0, ubatch: int = 512) -> Ledger:
+        """A prompt of ``tokens`` tokens after ``context`` tokens of cache, in ubatches of ``ubatch``."""
+        lg, done = Ledger(), 0
         while done < tokens:
             u = min(ubatch, tokens - done)
-            total += self.ubatch(u, context + done).total_s
+            lg.extend(self.ubatch_ledger(u, context + done))
             done += u
-        return total
+        return lg
+
+    def generate_ledger(self, tokens: int, context: float = 0.0, batch: int = 1) -> Ledger:
+        """``tokens`` decode steps of ``batch`` sequences from ``context`` tokens of cache on: ``tokens`` times the
+        mean of the first and the last step (exact while a step is linear in its context, close across a kink of
+        the roofline's max)."""
+        lg = Ledger()
+        if tokens <= 0:
+            return lg
+        if tokens == 1:
+            lg.extend(self.decode_ledger(batch, context))
+            return lg
+        lg.extend(self.decode_ledger(batch, context), tokens / 2.0)
+        lg.extend(self.decode_ledger(batch, context + tokens - 1), tokens / 2.0)
+        return lg
+
+    def _parts(self, lg: Ledger) -> StepParts:
+        return StepParts.of(lg.seconds_by_category(self._values))
+
+    def decode_step(self, batch: int = 1, context: float = 0.0) -> StepParts:
+        """One decode step of ``batch`` sequences each with ``context`` tokens of cache (s, by where it goes)."""
+        return self._parts(self.decode_ledger(batch, context))
+
+    def ubatch(self, tokens: int, context: float) -> StepParts:
+        """One ubatch of ``tokens`` prompt tokens after ``context`` tokens of cache (s, by where it goes)."""
+        return self._parts(self.ubatch_ledger(tokens, context))
+
+    def prompt_s(self, tokens: int, context: float = 0.0, ubatch: int = 512) -> float:
+        """A prompt of ``tokens`` tokens after ``context`` tokens of cache, in ubatches of ``ubatch`` (s)."""
+        return self.prompt_ledger(tokens, context, ubatch).seconds(self._values)
 
     def generate_s(self, tokens: int, context: float = 0.0, batch: int = 1) -> float:
-        """``tokens`` decode steps of ``batch`` sequences from ``context`` tokens of KV on (s): ``tokens`` times the
-        mean of the first and the last step, exact while a step is linear in its context (between the kinks of the
-        max() of reads and arithmetic) and close across one."""
+        """``tokens`` decode steps of ``batch`` sequences from ``context`` tokens of cache on (s)."""
         if tokens <= 0:
             return 0.0
-        first = self.decode_step(batch, context).total_s
-        if tokens == 1:
-            return first
-        last = self.decode_step(batch, context + tokens - 1).total_s
-        return tokens * (first + last) / 2.0
+        return self.generate_ledger(tokens, context, batch).seconds(self._values)

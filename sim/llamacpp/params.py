@@ -1,89 +1,188 @@
 """The llama.cpp engine's cost parameters: what the hardware's specs do not determine.
 
-Each is a share of a spec (bandwidth, throughput, link rate) the engine gets, or a fixed cost with a physical
-meaning. ``DEFAULTS`` hold the fit to the public offload sweeps (``sim fit-offload``, calibration/llamacpp.yaml; a
-test keeps them equal); a scenario's ``engine.llamacpp.costs`` overrides any of them. ``ASSUMED`` ones are not
-fitted: a documented typical value the sweeps cannot separate from the fitted ones.
+Each is a share of a spec (bandwidth, throughput, link rate) the engine's kernels get, or a fixed cost with a
+physical meaning. Most come in *families* kept per backend (CUDA, HIP, Vulkan, Metal, SYCL, OpenCL, the CPU) or
+per prompt-kernel path (:data:`sim.llamacpp.backends.PATHS`): a backend's kernels are its own, so each gets its own
+share, fitted across every card that backend was measured on and never per card. A family also has a pooled value
+(its name alone, e.g. ``gpu_memory_efficiency``): what a backend without measurements of its own gets.
+
+``DEFAULTS`` hold the fit to the public llama-bench tables (``sim fit-offload``, calibration/llamacpp.yaml; a test
+keeps them equal); a scenario's ``engine.llamacpp.costs`` overrides any of them for its engine's backend.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-# fitted to calibration/offload_public.csv (sim fit-offload); values the yaml file holds, repeated here so a
-# scenario needs no calibration file
-DEFAULTS: dict[str, float] = {
-    "gpu_memory_efficiency": 0.8,
-    "gpu_compute_efficiency": 0.458626,
-    "cpu_memory_efficiency": 0.492576,
-    "cpu_thread_gbps": 12.0,
-    "cpu_gflops_per_core": 17.7365,
-    "ik_cpu_gflops_per_core": 119.781,
-    "split_s": 7.19263e-05,
-    "token_s": 0.000341426,
-    "gpu_layer_s": 4.59741e-06,
-    "cpu_layer_s": 8.75578e-05,
-    "link_share": 0.457113,
-    "spill_link_share": 0.456191,
-    "windows_reserved_gib": 0.457817,
-    "cuda_context_mib": 350.0,
+from sim.llamacpp.backends import BACKENDS, PATHS
+
+
+@dataclass(frozen=True)
+class Family:
+    """A parameter kept per backend (or per path): its keys, unit, bounds and meaning."""
+
+    keys: tuple[str, ...]
+    unit: str
+    bounds: tuple[float, float]
+    meaning: str
+
+
+FAMILIES: dict[str, Family] = {
+    "gpu_memory_efficiency": Family(BACKENDS, "fraction", (0.05, 1.0),
+                                    "share of a card's memory bandwidth its weight and cache reads get"),
+    "gemm_efficiency": Family(PATHS, "fraction", (0.005, 1.0),
+                              "share of the peak of the units a prompt's matrix products run on (a card's dense "
+                              "FP16 matrix throughput, or its FP32 vector throughput on a vector path)"),
+    "flash_attn_efficiency": Family(PATHS, "fraction", (0.005, 1.0),
+                                    "share of the path's peak a prompt's flash-attention kernel gets (a scalar "
+                                    "Vulkan kernel and a cooperative-matrix one are different kernels)"),
+    "node_s": Family(BACKENDS + ("cpu",), "s", (1e-8, 2e-3),
+                     "fixed cost of one graph node the device runs: a kernel launch or dispatch (GPU), a barrier "
+                     "of its threads (CPU)"),
+    "token_s": Family(BACKENDS + ("cpu",), "s", (1e-6, 0.05),
+                      "fixed cost of one step (graph build and upload, synchronisation, sampling)"),
+    "link_share": Family(("linux", "windows", "macos"), "fraction", (0.05, 1.0),
+                         "share of the link's rate pageable (mmap) weights cross at when a card computes them for a "
+                         "large batch, by operating system (its driver stages pageable copies its own way)"),
+    "context_mib": Family(BACKENDS, "MiB", (0.0, 4096.0),
+                          "device memory a backend holds besides its buffers: driver context, libraries, pools"),
 }
 
-# 90% bands of measured / simulated (calibration/llamacpp.yaml band, band_within): over the rows kept out of the fit,
-# and within one setup once a measured run anchors the prediction
+GLOBALS: dict[str, tuple[str, tuple[float, float], str]] = {  # name -> (unit, bounds, meaning)
+    "cpu_memory_efficiency": ("fraction", (0.05, 1.0), "share of the host's paper DRAM bandwidth the CPU reads "
+                              "weights at"),
+    "cpu_thread_gbps": ("GB/s", (0.5, 200.0), "DRAM bandwidth one CPU thread pulls"),
+    "cpu_flops_efficiency": ("fraction", (0.005, 1.0), "share of the CPU's FP32 SIMD peak (cores x clock x "
+                             "FLOPs per cycle) llama.cpp's quantized CPU kernels get in prompts"),
+    "ik_cpu_flops_efficiency": ("fraction", (0.005, 2.0), "the same with ik_llama.cpp's CPU kernels (integer dot "
+                                "products can exceed the FP32 peak)"),
+    "split_s": ("s", (0.0, 2e-3), "one hand-over of the activations between devices along a step's path"),
+    "spill_link_share": ("fraction", (0.005, 1.0), "share of the link's rate a card reads memory the driver moved "
+                         "to shared system memory at"),
+    "windows_reserved_gib": ("GiB", (0.0, 3.0), "VRAM Windows' desktop compositor (WDDM) keeps on a card"),
+}
+
+# the fit's values (calibration/llamacpp.yaml), repeated here so a scenario needs no calibration file
+DEFAULTS: dict[str, float] = {
+    "gpu_memory_efficiency": 0.8,
+    "gemm_efficiency": 0.35,
+    "flash_attn_efficiency": 0.3,
+    "node_s": 4e-6,
+    "token_s": 3e-4,
+    "context_mib": 350.0,
+    "cpu_memory_efficiency": 0.49,
+    "cpu_thread_gbps": 12.0,
+    "cpu_flops_efficiency": 0.25,
+    "ik_cpu_flops_efficiency": 0.8,
+    "split_s": 7.2e-05,
+    "link_share": 0.457,
+    "spill_link_share": 0.456,
+    "windows_reserved_gib": 0.458,
+}
+
+# 90% bands of measured / simulated over held-out rows (leave one source out), and within one setup once a
+# measured run anchors the prediction (calibration/llamacpp.yaml band, band_within)
 BAND: dict[str, tuple[float, float]] = {"tg": (0.5474, 1.305), "pp": (0.4691, 1.551)}
 BAND_WITHIN: dict[str, tuple[float, float]] = {"tg": (0.5144, 1.382), "pp": (0.3656, 1.649)}
 
 ASSUMED = {  # name -> why it is not fitted
-    "gpu_memory_efficiency": "held at the share of a card's memory bandwidth a decode step's reads get across the "
-                             "project (sim.moe.spec_costs DEFAULTS: 0.8): the sweeps never run a step on the card "
-                             "alone, so they cannot tell it from the step's fixed costs (fits from different starts "
-                             "put it anywhere from 0.76 to 0.89)",
     "cpu_thread_gbps": "the sweeps' thread counts (4-12 threads, BV-gptoss-threads) all leave decode as it is: they "
                        "only bound it from below (about 30 GB/s / 4 threads); 12 GB/s is one desktop core's streaming "
                        "read",
-    "cuda_context_mib": "typical VRAM of a CUDA context with cuBLAS on Ampere/Ada cards (300-500 MiB); the sweeps "
-                        "cannot tell it from windows_reserved_gib",
 }
 
-UNITS = {"gpu_memory_efficiency": "fraction", "gpu_compute_efficiency": "fraction",
-         "cpu_memory_efficiency": "fraction", "cpu_thread_gbps": "GB/s", "cpu_gflops_per_core": "GFLOP/s",
-         "ik_cpu_gflops_per_core": "GFLOP/s", "split_s": "s", "token_s": "s", "gpu_layer_s": "s", "cpu_layer_s": "s",
-         "link_share": "fraction", "spill_link_share": "fraction",
-         "windows_reserved_gib": "GiB", "cuda_context_mib": "MiB"}
+
+def unit(name: str) -> str:
+    """The unit of a parameter (a family member's is its family's)."""
+    family = name.split(".", 1)[0]
+    if family in FAMILIES:
+        return FAMILIES[family].unit
+    return GLOBALS[name][0]
+
+
+def bounds(name: str) -> tuple[float, float]:
+    family = name.split(".", 1)[0]
+    if family in FAMILIES:
+        return FAMILIES[family].bounds
+    return GLOBALS[name][1]
+
+
+# scenario override keys (sim.config.llamacpp.LlamaCppCosts) -> the family they set for the engine's own backend
+OVERRIDES = {"gpu_memory_efficiency": "backend", "gemm_efficiency": "path", "flash_attn_efficiency": "path",
+             "node_s": "backend", "token_s": "backend", "context_mib": "backend", "link_share": "os"}
 
 
 @dataclass(frozen=True)
 class CostParams:
-    """The parameters one engine runs with (see sim.config.llamacpp.LlamaCppCosts for each one's meaning)."""
+    """The parameters one engine (or a fit) runs with: pooled family values, per-backend values where known, and
+    the global ones, by name (``gpu_memory_efficiency`` pooled, ``gpu_memory_efficiency.cuda`` CUDA's)."""
 
-    gpu_memory_efficiency: float
-    gpu_compute_efficiency: float
-    cpu_memory_efficiency: float
-    cpu_thread_gbps: float
-    cpu_gflops_per_core: float
-    ik_cpu_gflops_per_core: float
-    split_s: float
-    token_s: float
-    gpu_layer_s: float
-    cpu_layer_s: float
-    link_share: float
-    spill_link_share: float
-    windows_reserved_gib: float
-    cuda_context_mib: float
+    values: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULTS))
 
     @classmethod
-    def of(cls, overrides: Any = None) -> CostParams:
-        """``DEFAULTS`` with the values ``overrides`` (a LlamaCppCosts section, a mapping, or None) sets."""
-        values = dict(DEFAULTS)
+    def of(cls, overrides: Any = None, backend: str | None = None, path: str | None = None,
+           base: Mapping[str, float] | None = None, os_name: str | None = None) -> CostParams:
+        """``base`` (default: DEFAULTS) with what ``overrides`` (a LlamaCppCosts section, a mapping or None) sets:
+        a family's value is set for ``backend`` (or ``path``, or the operating system), a dotted name as it is."""
+        values = dict(base if base is not None else DEFAULTS)
         if overrides is not None:
-            given = overrides if isinstance(overrides, dict) else overrides.model_dump()
-            values |= {k: float(v) for k, v in given.items() if v is not None}
-        return cls(**values)
+            given = overrides if isinstance(overrides, Mapping) else overrides.model_dump()
+            for k, v in given.items():
+                if v is None:
+                    continue
+                scope = OVERRIDES.get(k)
+                key = {"backend": backend, "path": path, "os": os_name}.get(scope or "")
+                values[f"{k}.{key}" if key else k] = float(v)
+        return cls(values)
+
+    def get(self, family: str, key: str | None = None) -> float:
+        """The value of ``family`` for ``key`` (a backend or path): its own, else the family's pooled value."""
+        if key is not None:
+            own = self.values.get(f"{family}.{key}")
+            if own is not None:
+                return own
+        return self.values[family]
+
+    def name(self, family: str, key: str | None) -> str:
+        """The parameter a ledger names for ``family`` at ``key``: the dotted name when the values hold it (or the
+        family is per key), else the pooled one."""
+        if key is None or family not in FAMILIES:
+            return family
+        return f"{family}.{key}"
+
+    def resolved(self, names: set[str] | list[str]) -> dict[str, float]:
+        """Values of dotted or plain names, a dotted one falling back to its family's pooled value."""
+        out = {}
+        for n in names:
+            if n in self.values:
+                out[n] = self.values[n]
+            else:
+                family, _, key = n.partition(".")
+                out[n] = self.get(family, key or None)
+        return out
+
+    def lookup(self) -> Values:
+        """A mapping of every parameter name a ledger can name to its value (dotted names resolved on first use)."""
+        return Values(self)
 
     def with_values(self, **values: float) -> CostParams:
-        return replace(self, **values)
+        return CostParams(dict(self.values) | {k: float(v) for k, v in values.items()})
 
     def as_dict(self) -> dict[str, float]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return dict(sorted(self.values.items()))
+
+
+class Values(dict):
+    """Parameter values by the names ledgers use, a dotted name resolved from its family when first asked for."""
+
+    def __init__(self, params: CostParams) -> None:
+        super().__init__(params.values)
+        self._params = params
+
+    def __missing__(self, name: str) -> float:
+        family, _, key = name.partition(".")
+        value = self._params.get(family, key or None)
+        self[name] = value
+        return value

@@ -10,12 +10,16 @@ from sim.config.links import link_info
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError, SimulationError
-from sim.core.units import GIB
-from sim.llamacpp.costs import Engine, Hardware, Rates, cpu_rates, gpu_rates
+from sim.core.units import GB, GIB
+from sim.llamacpp.backends import compute_path, default_backend, device_name, flash_attn_auto, uses_matrix_units
+from sim.llamacpp.costs import Device, Engine, Hardware
+from sim.llamacpp.layers import mixers
 from sim.llamacpp.memory import DeviceMemory, device_memory, out_of_memory
 from sim.llamacpp.params import CostParams
 from sim.llamacpp.placement import CPU, ModelTensors, Placement, model_tensors, parse_rules, place
 from sim.modelfiles.geometry import ModelGeometry
+
+OS_RESERVED_GIB = 2.0  # assumed: host RAM the OS and its other programs keep (GiB); a mapping gets what is left
 
 
 @functools.lru_cache(maxsize=64)
@@ -26,13 +30,13 @@ def _geometry(path: str, quant: str | None) -> ModelGeometry:
 
 
 @functools.lru_cache(maxsize=64)
-def placement_model(path: str, quant: str | None, weights_gib: float) -> ModelTensors:
-    """The model's tensors, scaled to the file's size (GiB)."""
-    return model_tensors(_geometry(path, quant), weights_gib * GIB)
+def placement_model(path: str, quant: str | None, weights_gib: float | None) -> ModelTensors:
+    """The model's tensors, scaled to the file's size (GiB) when one is given."""
+    return model_tensors(_geometry(path, quant), weights_gib * GIB if weights_gib else None)
 
 
 @functools.lru_cache(maxsize=4096)
-def _placed(path: str, quant: str | None, weights_gib: float, ngl: int, n_cpu_moe: int, cpu_moe: bool,
+def _placed(path: str, quant: str | None, weights_gib: float | None, ngl: int, n_cpu_moe: int, cpu_moe: bool,
             rules: tuple[str, ...], gpus: tuple[str, ...], split: tuple[float, ...]) -> Placement:
     """A placement, computed once per model and flags (a sweep or a fit asks for the same ones many times)."""
     parsed = parse_rules(list(rules), "scenario", "override_tensor", gpus)
@@ -53,9 +57,10 @@ class LlamaSetup:
     threads: int
     os: str
     notes: list[str]
+    backend: str = "cuda"
 
     @property
-    def placement(self):
+    def placement(self) -> Placement:
         return self.engine.placement
 
     def vram_gib(self) -> float:
@@ -65,12 +70,54 @@ class LlamaSetup:
         return sum(m.total for m in self.memory if m.device == CPU) / GIB
 
 
-def gpu_names(scn: Scenario, machine: str) -> tuple[list[str], tuple[str, ...]]:
-    """The machine's GPU keys, the engine's own first (llama.cpp's CUDA0), and their llama.cpp names."""
+def machine_backend(scn: Scenario, machine: str, settings: LlamaCpp) -> str:
+    """The backend the engine runs its cards with: the settings' own, else its first card's vendor's usual one; a
+    machine without cards is CPU-only."""
+    m = scn.machines[machine]
+    if not m.gpus or settings.backend == "cpu":
+        return "cpu"
+    if settings.backend != "auto":
+        return settings.backend
+    assert m.engine is not None
+    key = m.engine.gpu or next(iter(m.gpus))
+    return default_backend(scn.gpus[m.gpus[key].type].vendor)
+
+
+def gpu_names(scn: Scenario, machine: str, backend: str = "cuda") -> tuple[list[str], tuple[str, ...]]:
+    """The machine's GPU keys, the engine's own first (llama.cpp's device 0), and their names under ``backend``
+    (none for a CPU-only build)."""
     m = scn.machines[machine]
     assert m.engine is not None
-    keys = [m.engine.gpu] + [k for k in m.gpus if k != m.engine.gpu]
-    return keys, tuple(f"CUDA{i}" for i in range(len(keys)))
+    if backend == "cpu" or not m.gpus:
+        return [], ()
+    first = m.engine.gpu or next(iter(m.gpus))
+    keys = [first] + [k for k in m.gpus if k != first]
+    return keys, tuple(device_name(backend, i) for i in range(len(keys)))
+
+
+def _cpu_device(scn: Scenario, machine: str, threads: int, p: CostParams, ram_resident: float,
+                cpu_weights: float) -> Device:
+    m = scn.machines[machine]
+    host = m.host
+    paper = host.paper_gbps if host is not None else None
+    if paper is None:
+        raise ScenarioError("scenario", f"machines.{machine}.host", "missing: a host type, or dram_gbps, or "
+                            "channels and mt_s (the CPU's weights are read at its DRAM bandwidth)")
+    assert host is not None
+    cores = host.cores or 1
+    ghz = getattr(host, "boost_ghz", None)
+    per_cycle = getattr(host, "fp32_flops_per_cycle", None)
+    if ghz is None or per_cycle is None:
+        raise ScenarioError("scenario", f"machines.{machine}.host", "missing: boost_ghz and fp32_flops_per_cycle (a "
+                            "catalog host type gives them): the CPU's prompt arithmetic is cores x clock x FLOPs per "
+                            "cycle")
+    peak = min(threads, cores) * ghz * 1e9 * per_cycle
+    disk_bps = 0.0
+    if m.disk is not None and m.disk in scn.disks and scn.disks[m.disk].read_gbps:
+        disk_bps = float(scn.disks[m.disk].read_gbps) * GB
+    resident = 1.0 if cpu_weights <= 0 else min(1.0, max(ram_resident, 0.0) / cpu_weights)
+    return Device(CPU, "cpu", paper * GB, peak, peak, thread_bps=threads * p.get("cpu_thread_gbps") * GB,
+                  resident_share=resident if disk_bps > 0 else 1.0, disk_bps=disk_bps)
 
 
 def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None,
@@ -81,57 +128,75 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
     assert m.engine is not None
     s = settings if settings is not None else m.engine.llamacpp
     assert s is not None
-    p = params if params is not None else CostParams.of(s.costs)
+    backend = machine_backend(scn, machine, s)
+    keys, names = gpu_names(scn, machine, backend)
+    cards = [scn.gpus[m.gpus[k].type] for k in keys]
+    paths = [compute_path(backend, c.vendor, getattr(c, "matrix_units", None) or ("tensor_core" if c.tflops else
+                                                                                  "none"), s.vulkan_matrix)
+             for c in cards]
+    host = m.host
+    os_name = host.os if host is not None else "linux"
+    p = params if params is not None else CostParams.of(s.costs, backend=backend, path=paths[0] if paths else None,
+                                                        os_name=os_name)
     spec = scn.models[m.engine.model]
     if spec.file is None:
         raise ScenarioError("scenario", f"models.{m.engine.model}.file", "missing: a llama.cpp engine reads its "
                             "model's tensors from a config.json or a .gguf file")
     tensors = placement_model(spec.file, spec.quant, spec.weights_gib)
-    keys, names = gpu_names(scn, machine)
-    host = m.host
-    os_name = host.os if host is not None else "linux"
     free: dict[str, float] = {}
-    for key, name in zip(keys, names, strict=True):
-        card = scn.gpus[m.gpus[key].type]
-        reserved = m.gpus[key].reserved_gib + (p.windows_reserved_gib if os_name == "windows" else 0.0)
+    for key, name, card in zip(keys, names, cards, strict=True):
+        reserved = m.gpus[key].reserved_gib + (p.get("windows_reserved_gib") if os_name == "windows" else 0.0)
         free[name] = max(card.vram_gib - reserved, 0.0) * GIB
     split = s.tensor_split or [free[n] for n in names]
     if len(split) != len(names):
         raise ScenarioError("scenario", f"machines.{machine}.engine.llamacpp.tensor_split",
                             f"{len(split)} shares: expected one per GPU of the machine ({len(names)})")
     parse_rules(s.override_tensor, "scenario", f"machines.{machine}.engine.llamacpp.override_tensor", names)
-    placement = _placed(spec.file, spec.quant, spec.weights_gib, s.n_gpu_layers, s.n_cpu_moe, s.cpu_moe,
-                        tuple(s.override_tensor), names, tuple(split))
+    placement = _placed(spec.file, spec.quant, spec.weights_gib, s.n_gpu_layers if names else 0, s.n_cpu_moe,
+                        s.cpu_moe, tuple(s.override_tensor), names, tuple(split))
     ubatch = min(s.ubatch_size, s.batch_size)
-    memory = device_memory(placement, ctx_size=s.ctx_size, ubatch=ubatch, cache_type_k=s.cache_type_k,
-                           cache_type_v=s.cache_type_v, flash_attn=s.flash_attn is not False,
-                           kv_offload=s.kv_offload, free_bytes=free, cuda_context_mib=p.cuda_context_mib)
+    flash = flash_attn_auto(backend) if s.flash_attn == "auto" else bool(s.flash_attn)
+    layer_mixers = mixers(tensors.geometry)
+    memory = device_memory(placement, layer_mixers, ctx_size=s.ctx_size, ubatch=ubatch, cache_type_k=s.cache_type_k,
+                           cache_type_v=s.cache_type_v, flash_attn=flash, kv_offload=s.kv_offload, free_bytes=free,
+                           context_mib={n: p.get("context_mib", backend) for n in names}, sequences=s.parallel)
     fallback = s.sysmem_fallback if s.sysmem_fallback is not None else os_name == "windows"
     notes = []
     for mem in memory:
         if mem.excess > 0:
             if not fallback:
-                raise SimulationError(out_of_memory(mem))
+                raise SimulationError(out_of_memory(mem, backend))
             notes.append(f"{mem.device}: {mem.excess / GIB:.2f} GiB beyond VRAM in shared system memory (the "
                          "driver's sysmem fallback): the card reads it over the link")
-    cpu_gib = memory[0].total / GIB
-    if host is not None and host.ram_gib is not None and cpu_gib > host.ram_gib:
-        notes.append(f"CPU: {cpu_gib:.2f} GiB of weights, KV and buffers in {host.ram_gib:g} GiB of host RAM: the OS "
-                     "pages the weights from disk each pass (not modelled: expect far slower than shown)")
+    cpu_mem = memory[0]
+    cpu_gib = cpu_mem.total / GIB
+    ram_for_weights = GIB * ((host.ram_gib if host is not None and host.ram_gib else float("inf")) - OS_RESERVED_GIB) \
+        - (cpu_mem.kv + cpu_mem.compute)
     cores = (host.cores if host is not None else None) or 1
     threads = s.threads or cores
-    paper = host.paper_gbps if host is not None else None
-    if paper is None:
-        raise ScenarioError("scenario", f"machines.{machine}.host", "missing: a host type, or dram_gbps, or "
-                            "channels and mt_s (the CPU's weights are read at its DRAM bandwidth)")
-    rates: dict[str, Rates] = {CPU: cpu_rates(paper, cores, threads, p, s.build)}
-    for mem, key, name in zip(memory[1:], keys, names, strict=True):
-        card = scn.gpus[m.gpus[key].type]
+    cpu = _cpu_device(scn, machine, threads, p, ram_for_weights if s.mmap else float("inf"), cpu_mem.weights)
+    if host is not None and host.ram_gib is not None and cpu_gib > host.ram_gib - OS_RESERVED_GIB:
+        if s.mmap and cpu.resident_share < 1.0:
+            notes.append(f"CPU: {cpu_mem.weights / GIB:.2f} GiB of mapped weights, {cpu.resident_share:.0%} "
+                         f"resident in {host.ram_gib:g} GiB of RAM: the rest is read from the disk every pass")
+        else:
+            notes.append(f"CPU: {cpu_gib:.2f} GiB of weights, KV and buffers in {host.ram_gib:g} GiB of host RAM: "
+                         "the OS pages the weights from disk each pass (no disk named for the machine: not "
+                         "modelled, expect far slower than shown)")
+    devices: dict[str, Device] = {CPU: cpu}
+    for mem, key, name, card, path in zip(memory[1:], keys, names, cards, paths, strict=True):
         if card.hbm_gbps is None:
             raise ScenarioError("scenario", f"gpus.{m.gpus[key].type}.hbm_gbps", "missing: the card's memory "
                                 "bandwidth (GB/s) sets its read rate")
-        rates[name] = gpu_rates(card.hbm_gbps, card.tflops, link_info(scn, m, key).gbps, mem.spill_share, p)
-    hw = Hardware(rates, p, names[0] if names else None, dram=paper * 1e9)
+        vector = getattr(card, "fp32_tflops", None)
+        if vector is None:
+            raise ScenarioError("scenario", f"gpus.{m.gpus[key].type}.fp32_tflops", "missing: the card's FP32 "
+                                "vector throughput (TFLOP/s) sets its arithmetic without matrix units")
+        peak = card.tflops if uses_matrix_units(path) and card.tflops else vector
+        devices[name] = Device(name, backend, card.hbm_gbps * GB, peak * 1e12, vector * 1e12, path,
+                               link_info(scn, m, key).gbps * GB, mem.spill_share)
+    hw = Hardware(devices, p, names[0] if names else None, dram=(host.paper_gbps or 0.0) * GB if host else 0.0,
+                  ik_kernels=s.build == "ik_llama.cpp", os=os_name)
     engine = Engine(placement, hw, s.cache_type_k, s.cache_type_v, s.kv_offload, s.op_offload, s.offload_min_batch,
-                    pinned_host=not s.mmap and bool(names))
-    return LlamaSetup(machine, s, m.engine.model, tensors, memory, engine, threads, os_name, notes)
+                    pinned_host=not s.mmap and bool(names), flash_attn=flash)
+    return LlamaSetup(machine, s, m.engine.model, tensors, memory, engine, threads, os_name, notes, backend)

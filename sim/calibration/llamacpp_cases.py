@@ -1,0 +1,266 @@
+"""The public llama-bench tables as runs sim can simulate: one :class:`Case` per measured number.
+
+The tables (calibration/public/{offload_sweeps,backends_llamabench,depth_sweeps_cuda,moe_full_gpu_consumer,
+unified_memory_llamabench}.csv, verbatim copies with every row's source) give, per row, a machine, a model, llama.cpp's
+flags and what llama-bench or llama-sweep-bench measured: prompt (pp) and generation (tg) tok/s at a context depth,
+sometimes the VRAM used. calibration/llamacpp_setups.yaml says what each setup is in sim's terms (catalog GPU and
+host, backend, model and quant, the flags the columns lack, what it assumes), or why a row cannot be expressed.
+calibration/models/index.yaml names each model's config file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.config.llamacpp import LlamaCpp
+from sim.config.scenario import Scenario
+from sim.core.errors import ScenarioError
+
+TABLES = ("offload_sweeps.csv", "backends_llamabench.csv", "depth_sweeps_cuda.csv", "moe_full_gpu_consumer.csv",
+          "unified_memory_llamabench.csv")
+SETUPS = os.path.join("calibration", "llamacpp_setups.yaml")
+MODELS = os.path.join("calibration", "models", "index.yaml")
+
+
+@dataclass
+class Case:
+    """One measured number of a llama-bench table and the run that produced it."""
+
+    table: str
+    row_id: str
+    source: str
+    setup: str
+    grade: str
+    quantity: str  # tg_tok_s | pp_tok_s | vram_gib
+    measured: float
+    scenario: Scenario
+    settings: LlamaCpp
+    tokens: int = 0  # pp: prompt tokens; tg: generated tokens
+    depth: int = 0  # tokens already in the cache (llama-bench -d, sweep-bench N_KV)
+    vram: str = "total"  # vram_gib rows: total (every buffer and the backend's context) | model (weights only)
+    backend: str = "cuda"
+    engine: str = "llama.cpp"
+    label: str = ""
+    memory_arch: str = "discrete"
+
+    @property
+    def test(self) -> str:
+        return self.quantity.split("_", 1)[0]
+
+    @property
+    def id(self) -> str:
+        return f"{self.row_id}.{self.quantity}"
+
+
+@dataclass
+class CaseTable:
+    cases: list[Case]
+    excluded: list[tuple[str, str, str, str, str]] = field(default_factory=list)  # table, row, source, setup, why
+
+
+def _int(value: Any) -> int | None:
+    """The leading integer of a cell (``"10 (placement label moe10)"`` -> 10), None when blank or not a number."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    m = re.match(r"\s*~?(-?\d+)", str(value))
+    return int(m.group(1)) if m else None
+
+
+def _float(value: Any) -> float | None:
+    if value is None:
+        return None
+    m = re.match(r"\s*~?(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*$", str(value))
+    return float(m.group(1)) if m else None
+
+
+def row_backend(text: str | None) -> tuple[str | None, str | None]:
+    """The backend (and for Vulkan its cooperative-matrix kind) a row's ``backend`` column names, or None."""
+    t = (text or "").lower()
+    if not t:
+        return None, None
+    if "vulkan" in t:
+        if "coopmat2" in t or "nv_coopmat" in t:
+            return "vulkan", "coopmat2"
+        if "no coopmat" in t or "scalar" in t or "matrix cores: none" in t:
+            return "vulkan", "none"
+        if "coopmat" in t:
+            return "vulkan", "coopmat"
+        return "vulkan", None
+    for key, name in (("rocm", "hip"), ("hip", "hip"), ("metal", "metal"), ("sycl", "sycl"), ("opencl", "opencl"),
+                      ("cuda", "cuda")):
+        if key in t:
+            return name, None
+    if t.startswith("cpu"):
+        return "cpu", None
+    return None, None
+
+
+def row_settings(row: dict) -> dict:
+    """llama.cpp settings a table row's own columns give."""
+    s: dict[str, Any] = {}
+    ngl = _int(row.get("ngl"))
+    if ngl is not None:
+        s["n_gpu_layers"] = 0 if ngl < 0 else ngl
+    elif str(row.get("ngl") or "").strip().lower().startswith("all"):
+        s["n_gpu_layers"] = 999
+    ncmoe = str(row.get("n_cpu_moe") or "").strip().lower()
+    if ncmoe == "all":
+        s["cpu_moe"] = True
+    elif _int(row.get("n_cpu_moe")) is not None:
+        s["n_cpu_moe"] = _int(row.get("n_cpu_moe"))
+    for col, key in (("ubatch", "ubatch_size"), ("batch", "batch_size")):
+        v = _int(row.get(col))
+        if v:
+            s[key] = v
+    threads = _int(row.get("cpu_threads_used"))
+    if threads:
+        s["threads"] = threads
+    kv = str(row.get("kv_type") or "").lower()
+    types = re.findall(r"\b(f16|f32|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl)\b", kv)
+    if len(types) >= 2:
+        s["cache_type_k"], s["cache_type_v"] = types[0], types[1]
+    elif len(types) == 1:
+        s["cache_type_k"] = s["cache_type_v"] = types[0]
+    fa = str(row.get("flash_attn") or "").strip().lower()
+    if fa.startswith(("1", "on", "true", "yes")):
+        s["flash_attn"] = True
+    elif fa.startswith(("0", "off", "false", "no")):
+        s["flash_attn"] = False
+    if str(row.get("engine", "")).lower().startswith("ik_llama"):
+        s["build"] = "ik_llama.cpp"
+    return s
+
+
+def _scenario(setup: str, spec: dict, model_file: str, model: dict, source: str, backend: str,
+              vulkan: str | None) -> Scenario:
+    from sim.config.defaults import fill_defaults
+    from sim.config.load import validate
+
+    m = spec["machine"]
+    host: dict[str, Any] = {"type": m["host"]} | dict(m.get("host_fields") or {})
+    if m.get("os", "linux") != "linux":
+        host["os"] = m["os"]
+    gpus: dict[str, Any] = {}
+    if m.get("gpu") not in (None, "none"):
+        for i in range(int(m.get("gpus", 1))):
+            gpus[f"gpu{i}"] = {"type": m["gpu"], "slot_gen": m.get("slot_gen", 4),
+                               "slot_lanes": m.get("slot_lanes", 16), "reserved_gib": m.get("reserved_gib", 0.0)}
+    entry: dict[str, Any] = {"file": model_file}
+    if model.get("quant"):
+        entry["quant"] = model["quant"]
+    if model.get("file_gib"):
+        entry["weights_gib"] = model["file_gib"]
+    llama: dict[str, Any] = {"backend": backend}
+    if vulkan:
+        llama["vulkan_matrix"] = vulkan
+    engine: dict[str, Any] = {"model": "m", "llamacpp": llama}
+    if gpus:
+        engine["gpu"] = "gpu0"
+    machine: dict[str, Any] = {"host": host, "gpus": gpus, "engine": engine}
+    if m.get("disk"):
+        machine["disk"] = "disk"
+    raw: dict[str, Any] = {"name": f"llamabench-{setup}", "models": {"m": entry}, "machines": {"m": machine}}
+    if m.get("disk"):
+        raw["disks"] = {"disk": dict(m["disk"])}
+    fill_defaults(raw, source)
+    return validate(raw, source)
+
+
+def read_cases(root: str, tables: tuple[str, ...] = TABLES) -> CaseTable:
+    """Every expressible measured number of ``tables`` as a Case, and every other row with why."""
+    import pandas as pd
+
+    from sim.config.yaml_io import read_yaml
+
+    setups_path = os.path.join(root, SETUPS)
+    setups = read_yaml(setups_path)["setups"]
+    index = read_yaml(os.path.join(root, MODELS))["models"]
+    out = CaseTable([])
+    scenarios: dict[tuple, Scenario] = {}
+    for table in tables:
+        df = pd.read_csv(os.path.join(root, "calibration", "public", table), dtype=str, keep_default_na=False)
+        for row in df.to_dict("records"):
+            row = {k: (v if v != "" else None) for k, v in row.items()}
+            _row_cases(table, row, setups, index, setups_path, root, scenarios, out)
+    return out
+
+
+def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: str, root: str,
+               scenarios: dict, out: CaseTable) -> None:
+    setup, rid, source_id = row["setup_id"], row["row_id"], row["source_id"]
+
+    def exclude(why: str) -> None:
+        out.excluded.append((table, rid, source_id, setup, why))
+
+    spec = setups.get(setup)
+    if spec is None:
+        raise ScenarioError(setups_path, f"setups.{setup}", f"missing: row {rid} of {table} names this setup")
+    if spec.get("excluded"):
+        return exclude(str(spec["excluded"]))
+    source = (spec.get("sources") or {}).get(source_id) or {}
+    row_spec = (spec.get("rows") or {}).get(rid) or {}
+    if source.get("excluded"):
+        return exclude(str(source["excluded"]))
+    if row_spec.get("excluded"):
+        return exclude(str(row_spec["excluded"]))
+    model_key = f"{row['model']}|{row['quant']}"
+    model = (spec.get("models") or {}).get(model_key)
+    if model is None:
+        return exclude(f"model {model_key!r} not mapped")
+    if model.get("excluded"):
+        return exclude(str(model["excluded"]))
+    repo = model.get("model")
+    file = index.get(repo)
+    if file is None:
+        return exclude(f"no published config of {repo} (calibration/models/index.yaml)")
+    model_file = os.path.join(root, "calibration", "models", file)
+    col_backend, col_vulkan = row_backend(row.get("backend"))
+    backend = row_spec.get("backend") or source.get("backend") or col_backend or spec.get("backend") or "cuda"
+    vulkan = (row_spec.get("vulkan_matrix") or source.get("vulkan_matrix") or col_vulkan
+              or spec.get("vulkan_matrix")) if backend == "vulkan" else None
+    if spec["machine"].get("gpu") in (None, "none"):
+        backend = "cpu"
+    key = (setup, model_key, backend, vulkan)
+    try:
+        if key not in scenarios:
+            scenarios[key] = _scenario(setup, spec, model_file, model, setups_path, backend, vulkan)
+    except ScenarioError as exc:
+        return exclude(f"setup not expressible: {exc}")
+    settings = row_settings(row) | dict(spec.get("settings") or {}) | dict(source.get("settings") or {}) \
+        | dict(row_spec.get("settings") or {})
+    if spec.get("build") == "ik_llama.cpp":
+        settings.setdefault("build", "ik_llama.cpp")
+    settings["backend"] = backend
+    if vulkan:
+        settings["vulkan_matrix"] = vulkan
+    test_name = str(row.get("test_name") or "")
+    if "sweep-bench" in test_name and _int(row.get("ctx_tokens")):
+        settings["ctx_size"] = _int(row.get("ctx_tokens"))
+    try:
+        lc = LlamaCpp(**settings)
+    except Exception as exc:  # noqa: BLE001 - a mapping mistake in the setups file, said in one line
+        raise ScenarioError(setups_path, f"setups.{setup}", f"row {rid}: settings {settings}: {exc}") from None
+    depth = _int(row.get("n_depth_kv")) or 0
+    lengths = row_spec.get("lengths") or {}
+    common = dict(table=table, row_id=rid, source=source_id, setup=setup, grade=row.get("grade") or "",
+                  scenario=scenarios[key], settings=lc, depth=depth, backend=backend,
+                  engine=lc.build, memory_arch=str(row.get("memory_arch") or "discrete"))
+    label = f"{row['model']} {row['quant']} {test_name}".strip()
+    for quantity, col, n_col in (("pp_tok_s", "pp_tok_s", "n_prompt"), ("tg_tok_s", "tg_tok_s", "n_gen")):
+        measured, tokens = _float(row.get(col)), _int(row.get(n_col)) or lengths.get(n_col)
+        if measured is None:
+            continue
+        if not tokens:
+            exclude(f"{quantity}: the test's length is not stated")
+            continue
+        out.cases.append(Case(quantity=quantity, measured=measured, tokens=int(tokens), label=label, **common))
+    vram = _float(row.get("vram_used_gib"))
+    if vram is not None and not row_spec.get("vram_excluded"):
+        kind = row_spec.get("vram") or source.get("vram") or spec.get("vram") or "total"
+        out.cases.append(Case(quantity="vram_gib", measured=vram, vram=kind, label=label, **common))
+    elif row.get("vram_used_gib") and vram is None:
+        exclude(f"vram_used_gib {row['vram_used_gib']!r}: not one number")

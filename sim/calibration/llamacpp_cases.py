@@ -135,20 +135,27 @@ def row_settings(row: dict) -> dict:
     return s
 
 
-def _scenario(setup: str, spec: dict, model_file: str, model: dict, source: str, backend: str,
+def _scenario(setup: str, machine_spec: dict, model_file: str, model: dict, source: str, backend: str,
               vulkan: str | None) -> Scenario:
+    """The scenario of one setup's machine running one model (``machine_spec``: the setup's machine with a row's
+    changes)."""
+    from sim.catalog import gpu_entries
     from sim.config.defaults import fill_defaults
     from sim.config.load import validate
 
-    m = spec["machine"]
-    host: dict[str, Any] = {"type": m["host"]} | dict(m.get("host_fields") or {})
+    m = machine_spec
+    host: dict[str, Any] = {"type": m["host"]} | {k: v for k, v in (m.get("host_fields") or {}).items()
+                                                  if v is not None}
     if m.get("os", "linux") != "linux":
         host["os"] = m["os"]
     gpus: dict[str, Any] = {}
-    if m.get("gpu") not in (None, "none"):
+    if m.get("gpu") not in (None, "none") and int(m.get("gpus", 1) or 0) > 0:
+        card = gpu_entries().get(m["gpu"], {})
+        gen = m.get("slot_gen") or card.get("pcie_max_gen") or 4
+        lanes = m.get("slot_lanes") or card.get("pcie_max_lanes") or 16
         for i in range(int(m.get("gpus", 1))):
-            gpus[f"gpu{i}"] = {"type": m["gpu"], "slot_gen": m.get("slot_gen", 4),
-                               "slot_lanes": m.get("slot_lanes", 16), "reserved_gib": m.get("reserved_gib", 0.0)}
+            gpus[f"gpu{i}"] = {"type": m["gpu"], "slot_gen": gen, "slot_lanes": lanes,
+                               "reserved_gib": m.get("reserved_gib") or 0.0}
     entry: dict[str, Any] = {"file": model_file}
     if model.get("quant"):
         entry["quant"] = model["quant"]
@@ -222,12 +229,15 @@ def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: st
     backend = row_spec.get("backend") or source.get("backend") or col_backend or spec.get("backend") or "cuda"
     vulkan = (row_spec.get("vulkan_matrix") or source.get("vulkan_matrix") or col_vulkan
               or spec.get("vulkan_matrix")) if backend == "vulkan" else None
-    if spec["machine"].get("gpu") in (None, "none"):
+    if vulkan == "unknown":
+        vulkan = None  # the card's default (sim.llamacpp.backends.vulkan_matrix)
+    machine_spec = dict(spec["machine"]) | dict(row_spec.get("machine") or {})
+    if machine_spec.get("gpu") in (None, "none") or not machine_spec.get("gpus", 1):
         backend = "cpu"
-    key = (setup, model_key, backend, vulkan)
+    key = (setup, model_key, backend, vulkan, repr(sorted((row_spec.get("machine") or {}).items())))
     try:
         if key not in scenarios:
-            scenarios[key] = _scenario(setup, spec, model_file, model, setups_path, backend, vulkan)
+            scenarios[key] = _scenario(setup, machine_spec, model_file, model, setups_path, backend, vulkan)
     except ScenarioError as exc:
         return exclude(f"setup not expressible: {exc}")
     settings = row_settings(row) | dict(spec.get("settings") or {}) | dict(source.get("settings") or {}) \
@@ -257,7 +267,10 @@ def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: st
         if not tokens:
             exclude(f"{quantity}: the test's length is not stated")
             continue
-        out.cases.append(Case(quantity=quantity, measured=measured, tokens=int(tokens), label=label, **common))
+        case = Case(quantity=quantity, measured=measured, tokens=int(tokens), label=label, **common)
+        if quantity == "tg_tok_s" and lengths.get("tg_depth") is not None:
+            case.depth = int(lengths["tg_depth"])
+        out.cases.append(case)
     vram = _float(row.get("vram_used_gib"))
     if vram is not None and not row_spec.get("vram_excluded"):
         kind = row_spec.get("vram") or source.get("vram") or spec.get("vram") or "total"

@@ -247,10 +247,14 @@ class Engine:
     def _moe_blocks(self) -> frozenset[int]:
         return frozenset(b for b, role, _ in self.placement.path if role == "experts")
 
+    @cached_property
+    def _qk_norm(self) -> bool:
+        return any("attn_q_norm" in t.name for t in self.placement.model.tensors)
+
     def _nodes(self, block: int, role: str, moe_blocks: frozenset[int]) -> int:
         g = self.placement.model.geometry
         if role == "attention":
-            return attention_nodes(self.mixers[block].kind, self.flash_attn)
+            return attention_nodes(self.mixers[block].kind, self.flash_attn, self._qk_norm)
         ffn, experts = ffn_nodes(g, block in moe_blocks)
         return ffn if role == "ffn" else experts
 

@@ -19,20 +19,23 @@ launch nothing; they are not counted. The counts follow llama.cpp's graph builde
   adds summing the experts' outputs; a shared expert adds gate/up/down, the GLU and its add (5);
 - the output head: the final norm (2) and the projection (1).
 
-These are counts read off the graph builders' structure, not measured; ``graph nodes = N`` lines of llama.cpp logs
-are the check (calibration/checks/).
+Counted as llama.cpp counts ``graph nodes`` (views and reshapes included, which launch nothing but are walked), the
+per-part numbers are set so a model's total matches the counts mainline logs print: Llama-3.1-8B 999 nodes over 32
+blocks (31 per block: attention 22 + FFN 9), Qwen3-30B-A3B 3126 over 48 (65 per block: attention with Q/K norms
+26 + routed experts 39 at top-8) (calibration/checks/llamacpp_logs.csv LCL039, LCL010;
+docs/research/llamacpp_internals.md section 5). The other kinds are scaled from their builders' structure.
 """
 
 from __future__ import annotations
 
 from sim.modelfiles.geometry import ModelGeometry
 
-ATTENTION_NODES = {"full": 14, "sliding": 14, "mla": 20, "linear": 37}
-NO_FLASH_EXTRA = 4  # without flash attention: 5 nodes instead of 1
-FFN_NODES = 7
-EXPERT_NODES = 14  # plus top_k - 1 adds
-SHARED_EXPERT_NODES = 5
-OUTPUT_NODES = 3
+ATTENTION_NODES = {"full": 22, "sliding": 22, "mla": 32, "linear": 58}
+NO_FLASH_EXTRA = 4  # without flash attention: the scores' product, soft-max and value product instead of one node
+FFN_NODES = 9
+EXPERT_NODES = 32  # plus top_k - 1 adds
+SHARED_EXPERT_NODES = 9
+OUTPUT_NODES = 5
 
 
 def attention_nodes(kind: str, flash: bool, qk_norm: bool = False) -> int:

@@ -2,19 +2,26 @@
 
 Per card: the weights placed there, the cache of the blocks it holds (:meth:`~sim.llamacpp.layers.Mixer.cells` cells
 of each block's K and V at their cache types; a linear-attention block's per-sequence state instead), its compute
-buffer and what its backend holds besides (``context_mib``: driver context, libraries, pools). On the CPU: its
-weights (mapped from the file with mmap), its blocks' caches and its compute buffer.
+buffer and what its backend holds besides (``context_mib``: driver context, libraries, the never-shrinking memory
+pool). On the CPU: its weights (mapped from the file with mmap), its blocks' caches, its compute buffer and the
+output buffer. docs/research/llamacpp_internals.md sections 1-3 give the sources of every rule below.
 
-The compute buffer is the peak of the intermediate results llama.cpp's graph allocator keeps alive at once while it
-reserves a worst-case ubatch (``n_ubatch`` tokens, every one an output): the largest of
+The compute buffer is what llama.cpp's graph allocator needs for a worst-case ubatch (``n_ubatch`` tokens, every one
+an output, against a full cache): the peak of the tensors alive at once, not their sum, so the largest phase of
 
-- the logits of the whole ubatch (``ubatch x vocab`` floats) on the device holding the output head,
-- a block's FFN (``ubatch x`` its inner width ``x 3`` floats: gate, up and their product; routed experts: for each of
-  the ``top_k`` experts a token goes to),
-- a block's attention: without flash attention the scores of the ubatch against every cell (``ubatch x cells x
-  heads`` floats, twice during the soft-max); with it, flash attention's own f16 copies of a quantized cache,
+- the output head's: the logits of the whole ubatch (``ubatch x vocab`` floats) and the normed hidden state, on the
+  device holding the output head;
+- one layer's attention: without flash attention the scores of the ubatch against every cell (``heads x cells x
+  ubatch`` floats) and the f32 mask (``cells x ubatch``); with it, the mask in f16 and the output, and on CUDA/HIP the
+  f16 copy of a quantized cache for the tile kernels (``cells x (K + V widths) x 2``);
+- one layer's FFN: dense, gate, up and their product (``3 x inner x ubatch`` floats); routed experts, the router's
+  logits and gate, up and the GLU for every selected expert (``3 x inner x top_k x ubatch``) plus the experts'
+  outputs (``hidden x top_k x ubatch``),
 
-plus the hidden states that live across them (``ubatch x hidden x 4`` floats).
+plus, with op offload on (mainline llama.cpp), a copy of the largest weight tensor left in host memory: a prompt's
+ops on it run on the card, which receives the tensor into its compute buffer (ik_llama.cpp does not stage it there).
+The CPU's (``CUDA_Host``) compute buffer holds the graph inputs built on the CPU: the embedded tokens (``hidden x
+ubatch`` floats) and the f32 mask (``cells x ubatch``); the CPU's own phases too when it runs blocks.
 
 A card whose allocations exceed its free VRAM (capacity, less other tenants and, under Windows, what the desktop
 keeps) fails to load, as llama.cpp does, unless the driver falls back to shared system memory (Windows' default):
@@ -77,51 +84,87 @@ def cache_bytes(mixer: Mixer, *, ctx_size: int, ubatch: int, sequences: int, k_b
     return mixer.cells(ctx_size, ubatch, sequences) * mixer.cell_bytes(k_bytes, v_bytes)
 
 
-def compute_buffer_bytes(placement: Placement, mixers: tuple[Mixer, ...], device: str, *, ubatch: int,
-                         ctx_size: int, flash_attn: bool, cache_type_k: str, sequences: int = 1) -> float:
-    """The compute buffer llama.cpp reserves on ``device`` (bytes, the module docstring's peak)."""
+def _phases(placement: Placement, mixers: tuple[Mixer, ...], device: str, *, ubatch: int, ctx_size: int,
+            flash_attn: bool, cache_type_k: str, backend: str, sequences: int) -> float:
+    """The largest phase (bytes) of the graph ``device`` runs (module docstring)."""
     g = placement.model.geometry
-    blocks = [b for b, d in enumerate(placement.block_device) if d == device]
-    here = [(role, params) for _, role, ps in placement.path for d, _, params in ps if d == device]
-    if not blocks and not here and placement.output_device != device:
-        return 0.0
-    hidden = HIDDEN_STATES * ubatch * g.hidden * F32
     peak = 0.0
     if placement.output_device == device:
-        peak = max(peak, ubatch * g.vocab * F32)
+        peak = (g.vocab + g.hidden) * ubatch * F32
     expert_inner = g.expert_params / (3 * g.hidden) if g.expert_params else 0.0
-    for role, params in here:
-        if role == "experts":
-            peak = max(peak, 3 * ubatch * max(g.top_k, 1) * expert_inner * F32)
-        elif role == "ffn":  # a dense FFN's or shared expert's inner width: its parameters over 3 x hidden
-            peak = max(peak, 3 * ubatch * params / (3 * g.hidden) * F32)
-    for b in blocks:
+    for _, role, parts in placement.path:
+        for d, _, params in parts:
+            if d != device:
+                continue
+            if role == "experts":
+                k = max(g.top_k, 1)
+                peak = max(peak, (g.experts_per_layer + 3 * expert_inner * k + g.hidden * k) * ubatch * F32)
+            elif role == "ffn":  # a dense FFN's or shared expert's inner width: its parameters over 3 x hidden
+                peak = max(peak, 3 * params / (3 * g.hidden) * ubatch * F32)
+    quantized = cache_type_k not in ("f16", "bf16", "f32")
+    for b, home in enumerate(placement.block_device):
         m = mixers[b]
-        if m.kind == "linear":
+        if home != device or m.kind == "linear":
             continue
         cells = m.cells(ctx_size, ubatch, sequences)
         if not flash_attn:
-            peak = max(peak, 2 * ubatch * cells * m.heads * F32)
-        elif cache_type_k not in ("f16", "bf16", "f32"):
-            peak = max(peak, cells * (m.cache_k + m.cache_v) * 2.0)  # f16 copies of a quantized cache
-    return hidden + peak
+            phase = (m.heads + 1) * cells * ubatch * F32
+        else:
+            phase = cells * ubatch * 2.0 + m.heads * m.value_dim * ubatch * F32
+            if quantized and backend in ("cuda", "hip"):
+                phase += cells * (m.cache_k + m.cache_v) * 2.0
+        peak = max(peak, phase)
+    return peak
+
+
+def compute_buffer_bytes(placement: Placement, mixers: tuple[Mixer, ...], device: str, *, ubatch: int,
+                         ctx_size: int, flash_attn: bool, cache_type_k: str, sequences: int = 1,
+                         backend: str = "cuda", staged_bytes: float = 0.0) -> float:
+    """The compute buffer llama.cpp reserves on ``device`` (bytes, the module docstring's peak); ``staged_bytes``:
+    the host-resident weight tensor a card receives for offloaded prompt ops (0: none)."""
+    g = placement.model.geometry
+    runs = placement.output_device == device or any(d == device for _, _, ps in placement.path for d, _, _ in ps)
+    if device == CPU:
+        cells = max((m.cells(ctx_size, ubatch, sequences) for m in mixers if m.kind != "linear"), default=0)
+        inputs = (g.hidden + cells) * ubatch * F32
+        own = _phases(placement, mixers, CPU, ubatch=ubatch, ctx_size=ctx_size, flash_attn=flash_attn,
+                      cache_type_k=cache_type_k, backend="cpu", sequences=sequences) if runs else 0.0
+        return inputs + own
+    if not runs:
+        return 0.0
+    return _phases(placement, mixers, device, ubatch=ubatch, ctx_size=ctx_size, flash_attn=flash_attn,
+                   cache_type_k=cache_type_k, backend=backend, sequences=sequences) + staged_bytes
+
+
+def staged_tensor_bytes(placement: Placement) -> float:
+    """The largest weight tensor left in host memory that a prompt's ops would run on a card (the token embedding
+    is looked up on the CPU, never offloaded)."""
+    return max((t.bytes for t, d in zip(placement.model.tensors, placement.devices, strict=True)
+                if d == CPU and t.role != "embedding"), default=0.0)
 
 
 def device_memory(placement: Placement, mixers: tuple[Mixer, ...], *, ctx_size: int, ubatch: int,
                   cache_type_k: str, cache_type_v: str, flash_attn: bool, kv_offload: bool,
-                  free_bytes: dict[str, float], context_mib: dict[str, float], sequences: int = 1
+                  free_bytes: dict[str, float], context_mib: dict[str, float], sequences: int = 1,
+                  backend: str = "cuda", op_offload: bool = True, stages_host_weights: bool = True
                   ) -> list[DeviceMemory]:
     """Every device's allocations: the CPU first, then each card in order (``context_mib``: per card, what its
-    backend holds besides its buffers)."""
+    backend holds besides its buffers; ``stages_host_weights``: mainline llama.cpp's op offload receives a
+    host-resident weight into the first card's compute buffer)."""
     out = []
     homes = [home if kv_offload else CPU for home in placement.block_device]
     kb, vb = KV_TYPE_BYTES[cache_type_k], KV_TYPE_BYTES[cache_type_v]
     caches = [cache_bytes(m, ctx_size=ctx_size, ubatch=ubatch, sequences=sequences, k_bytes=kb, v_bytes=vb)
               for m in mixers]
+    staged = staged_tensor_bytes(placement) if op_offload and stages_host_weights and placement.gpus else 0.0
     for device in (CPU, *placement.gpus):
         kv = sum(c for c, home in zip(caches, homes, strict=True) if home == device)
+        first_card = bool(placement.gpus) and device == placement.gpus[0]
         compute = compute_buffer_bytes(placement, mixers, device, ubatch=ubatch, ctx_size=ctx_size,
-                                       flash_attn=flash_attn, cache_type_k=cache_type_k, sequences=sequences)
+                                       flash_attn=flash_attn, cache_type_k=cache_type_k, sequences=sequences,
+                                       backend=backend, staged_bytes=staged if first_card else 0.0)
+        if device == CPU:
+            compute += placement.model.geometry.vocab * max(sequences, 1) * F32  # the output buffer
         weights = placement.bytes_on(device)
         used = device == CPU or weights > 0 or kv > 0
         context = context_mib.get(device, 0.0) * MIB if device != CPU and used else 0.0

@@ -159,7 +159,8 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
     layer_mixers = mixers(tensors.geometry)
     memory = device_memory(placement, layer_mixers, ctx_size=s.ctx_size, ubatch=ubatch, cache_type_k=s.cache_type_k,
                            cache_type_v=s.cache_type_v, flash_attn=flash, kv_offload=s.kv_offload, free_bytes=free,
-                           context_mib={n: p.get("context_mib", backend) for n in names}, sequences=s.parallel)
+                           context_mib={n: p.get("context_mib", backend) for n in names}, sequences=s.parallel,
+                           backend=backend, op_offload=s.op_offload, stages_host_weights=s.build == "llama.cpp")
     fallback = s.sysmem_fallback if s.sysmem_fallback is not None else os_name == "windows"
     notes = []
     for mem in memory:

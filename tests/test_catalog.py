@@ -368,6 +368,21 @@ def test_the_spec_keys_are_the_agreed_ones():
                                     "dram_paper_gbps", "closest"}
 
 
+def test_the_schema_takes_the_catalogs_enumerations():
+    import typing
+
+    from sim.config.machines import GpuType, Host
+
+    def choices(field):
+        return tuple(a for a in typing.get_args(typing.get_args(field.annotation)[0]))
+
+    assert choices(GpuType.model_fields["matrix_units"]) == MATRIX_UNITS
+    assert choices(Host.model_fields["isa"]) == ISAS
+    assert gpu_fp32_from_shaders({"shaders": 6144, "shader_flop_per_clk": 4, "boost_mhz": 2500}) == 61.44
+    assert gpu_fp32_from_shaders({"shaders": 16384, "boost_mhz": 2520}) == pytest.approx(82.57536)
+    assert gpu_fp32_from_shaders({"fp32_tflops": 1.0}) is None
+
+
 def test_entries_are_fresh_copies():
     a = gpu_entries()
     a["rtx4090"]["vram_gib"] = 1

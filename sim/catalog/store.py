@@ -2,7 +2,8 @@
 paper DRAM bandwidth of a host; the closest id to a mistyped name.
 
 The files are read with ruamel.yaml's safe loader (YAML 1.2, a repeated key refused) and checked for shape only: a
-map of lowercase ids to maps whose keys are the kind's spec keys. Their numbers are checked by
+map of lowercase ids to maps whose keys are the kind's spec or catalog-only keys, the enumerated ones (matrix_units,
+fp32_basis, isa) among their values. Their numbers are checked by
 ``tests/test_catalog.py``. This module imports nothing of ``sim``, so any layer may use it."""
 
 from __future__ import annotations
@@ -18,11 +19,30 @@ KINDS: tuple[str, ...] = ("gpus", "hosts", "links")
 
 # The keys a GPU entry may carry: hardware numbers a scenario's ``gpus.<type>`` section may take, and their provenance
 GPU_SPEC_KEYS: tuple[str, ...] = ("vram_gib", "hbm_gbps", "tflops", "int8_tops", "pcie_max_gen", "pcie_max_lanes",
-                                  "board_power_w", "memory", "vendor", "unified", "name", "source", "note")
-HOST_SPEC_KEYS: tuple[str, ...] = ("name", "source", "note", "dram", "mt_s", "channels", "cores", "threads")
+                                  "board_power_w", "memory", "vendor", "unified", "name", "source", "note",
+                                  "fp32_tflops", "matrix_units")
+# Catalog-only GPU keys (not filled into a scenario): the inputs of a derived FP32 rate, how fp32_tflops was had, and
+# the memory sizes a unified-memory chip is sold with
+GPU_INFO_KEYS: tuple[str, ...] = ("shaders", "boost_mhz", "shader_flop_per_clk", "fp32_basis", "vram_gib_options")
+HOST_SPEC_KEYS: tuple[str, ...] = ("name", "source", "note", "dram", "mt_s", "channels", "cores", "threads",
+                                   "bus_bits", "base_ghz", "boost_ghz", "fp32_flops_per_cycle", "isa", "e_cores",
+                                   "e_boost_ghz", "e_fp32_flops_per_cycle")
+HOST_INFO_KEYS: tuple[str, ...] = ("sockets",)
 LINK_SPEC_KEYS: tuple[str, ...] = ("name", "source", "note", "kind", "gt_s", "encoding", "lane_gbps", "lanes", "gbps",
                                    "bidirectional_gbps")
 SPEC_KEYS: dict[str, tuple[str, ...]] = {"gpus": GPU_SPEC_KEYS, "hosts": HOST_SPEC_KEYS, "links": LINK_SPEC_KEYS}
+# Every key a catalog file may use: the spec keys and the catalog-only ones
+FILE_KEYS: dict[str, tuple[str, ...]] = {"gpus": GPU_SPEC_KEYS + GPU_INFO_KEYS,
+                                         "hosts": HOST_SPEC_KEYS + HOST_INFO_KEYS, "links": LINK_SPEC_KEYS}
+
+MATRIX_UNITS: tuple[str, ...] = ("none", "tensor_core", "wmma", "mfma", "xmx", "neural_accelerator")
+ISAS: tuple[str, ...] = ("avx2", "avx512", "neon", "sve2", "rv64gc", "rvv")
+FP32_BASES: tuple[str, ...] = ("vendor", "derived")
+
+_CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
+    "gpus": {"matrix_units": MATRIX_UNITS, "fp32_basis": FP32_BASES},
+    "hosts": {"isa": ISAS},
+}
 
 DRAM_BYTES_PER_CHANNEL = 8  # one 64-bit channel moves 8 bytes per transfer
 _ID = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -57,7 +77,7 @@ def _entries(kind: str) -> dict[str, dict[str, Any]]:
         raise CatalogError(f"{where}: cannot be read: {line}{problem}") from None
     if not isinstance(data, dict) or not data:
         raise CatalogError(f"{where}: expected a map of ids to entries")
-    allowed = set(SPEC_KEYS[kind])
+    allowed = set(FILE_KEYS[kind])
     for ident, entry in data.items():
         if not isinstance(ident, str) or not _ID.match(ident):
             raise CatalogError(f"{where}: id {ident!r} is not a lowercase identifier")
@@ -66,7 +86,11 @@ def _entries(kind: str) -> dict[str, dict[str, Any]]:
         unknown = sorted(set(entry) - allowed)
         if unknown:
             raise CatalogError(f"{where}: {ident}: unknown key {unknown[0]!r}; "
-                               f"expected one of {', '.join(SPEC_KEYS[kind])}")
+                               f"expected one of {', '.join(FILE_KEYS[kind])}")
+        for key, choices in _CHOICES.get(kind, {}).items():
+            if key in entry and entry[key] not in choices:
+                raise CatalogError(f"{where}: {ident}.{key}: bad value {entry[key]!r}; expected one of "
+                                   f"{', '.join(choices)}")
     return data
 
 
@@ -99,6 +123,28 @@ def dram_paper_gbps(channels: int, mt_s: float) -> float:
     if isinstance(mt_s, bool) or not isinstance(mt_s, (int, float)) or not mt_s > 0:
         raise ValueError(f"mt_s must be a positive number of MT/s, not {mt_s!r}")
     return channels * DRAM_BYTES_PER_CHANNEL * float(mt_s) / 1000.0
+
+
+def host_dram_gbps(entry: dict[str, Any]) -> float | None:
+    """Paper DRAM bandwidth of a host entry, decimal GB/s: :func:`dram_paper_gbps` of its 64-bit channels, or, for a
+    bus narrower than one channel (``bus_bits``, e.g. the Raspberry Pi 5's 32-bit LPDDR4X), bus_bits / 8 bytes x
+    mt_s / 1000; None for an entry that gives neither (its vendor publishes no bus width)."""
+    if "channels" in entry:
+        return dram_paper_gbps(entry["channels"], entry["mt_s"])
+    bits = entry.get("bus_bits")
+    if bits is None:
+        return None
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits < 8:
+        raise ValueError(f"bus_bits must be a whole number of at least 8 bits, not {bits!r}")
+    return dram_paper_gbps(1, entry["mt_s"]) * bits / (8 * DRAM_BYTES_PER_CHANNEL)  # a share of one 64-bit channel
+
+
+def gpu_fp32_from_shaders(entry: dict[str, Any]) -> float | None:
+    """FP32 vector TFLOP/s from an entry's stored inputs: shaders x shader_flop_per_clk (2: one FMA a clock; 4 where
+    the vendor counts RDNA 3/4 dual issue) x boost_mhz / 1e6; None when the entry stores no inputs."""
+    if "shaders" not in entry or "boost_mhz" not in entry:
+        return None
+    return entry["shaders"] * entry.get("shader_flop_per_clk", 2) * entry["boost_mhz"] / 1e6
 
 
 def _plain(text: str) -> str:

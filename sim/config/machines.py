@@ -94,6 +94,12 @@ class GpuType(Strict):
         "matrix products run at a share of it.")
     int8_tops: float | None = Field(None, ge=1e-6, le=1e6,
         description="Dense INT8 tensor throughput (TOPS, card spec).")
+    fp32_tflops: float | None = Field(None, ge=1e-6, le=1e6,
+        description="Peak FP32 vector (shader, non-tensor) throughput at the boost clock, an FMA counted as 2 "
+        "(TFLOP/s, card spec or shaders x 2 x boost clock): what a backend without matrix instructions computes on.")
+    matrix_units: Literal["none", "tensor_core", "wmma", "mfma", "xmx", "neural_accelerator"] | None = Field(None,
+        description="The card's matrix hardware: none, tensor_core (NVIDIA), wmma (AMD RDNA 3/4), mfma (AMD CDNA), "
+        "xmx (Intel Arc), neural_accelerator (Apple M5). tflops is a rate of these units.")
     board_power_w: float | None = Field(None, gt=0, le=5000,
         description="Total board (graphics) power (W, card spec): an engine's busy power unless its power section "
         "says otherwise.")
@@ -127,13 +133,29 @@ class Host(Strict):
 
     type: str | None = Field(None, description="Key of a host in the catalog (`sim catalog --kind hosts`); its "
                              "fields are defaults for the ones below.")
-    dram: str = Field("", description="DRAM kind (DDR4, DDR5).")
+    dram: str = Field("", description="DRAM kind (DDR4, DDR5, LPDDR5X, ...).")
     mt_s: float | None = Field(None, ge=100, le=20000, description="DRAM transfer rate (MT/s).")
     channels: int | None = Field(None, ge=1, le=24, description="64-bit DRAM channels populated.")
     dram_gbps: float | None = Field(None, ge=MIN_GBPS, le=MAX_GBPS,
         description="Paper DRAM bandwidth (GB/s). Default: channels x 8 bytes x mt_s.")
     cores: int | None = Field(None, ge=1, le=1024, description="CPU cores.")
     threads: int | None = Field(None, ge=1, le=2048, description="Hardware threads.")
+    bus_bits: int | None = Field(None, ge=8, le=1536, description="DRAM data bus width (bits), for a bus narrower "
+                                 "than one 64-bit channel (the Raspberry Pi 5's 32-bit LPDDR4X); channels otherwise.")
+    base_ghz: float | None = Field(None, gt=0, le=10, description="Base clock of the (performance) cores (GHz).")
+    boost_ghz: float | None = Field(None, gt=0, le=10,
+        description="Highest boost clock of the (performance) cores, one core loaded (GHz).")
+    fp32_flops_per_cycle: int | None = Field(None, ge=1, le=256,
+        description="Peak FP32 FLOP per cycle of one (performance) core: 2 x FMA units x FP32 SIMD lanes (Zen 3 "
+        "AVX2: 2 x 2 x 8 = 32).")
+    isa: Literal["avx2", "avx512", "neon", "sve2", "rv64gc", "rvv"] | None = Field(None,
+        description="Widest vector instruction set the cores run (rv64gc: RISC-V without the vector extension).")
+    e_cores: int | None = Field(None, ge=0, le=1024,
+        description="Of the cores, how many are efficiency cores (hybrid CPUs); the clock and FLOP fields above "
+        "describe the others.")
+    e_boost_ghz: float | None = Field(None, gt=0, le=10, description="Highest clock of the efficiency cores (GHz).")
+    e_fp32_flops_per_cycle: int | None = Field(None, ge=1, le=256,
+        description="Peak FP32 FLOP per cycle of one efficiency core.")
     ram_gib: float | None = Field(None, gt=0, le=MAX_GIB, description="Host RAM installed (GiB).")
     os: Literal["linux", "windows", "macos"] = Field(
         "linux", description="Operating system: under Windows the NVIDIA driver backs VRAM allocations beyond the "
@@ -144,11 +166,13 @@ class Host(Strict):
 
     @property
     def paper_gbps(self) -> float | None:
-        """DRAM bandwidth on paper (GB/s): as given, or channels x 8 bytes x MT/s."""
+        """DRAM bandwidth on paper (GB/s): as given, or channels x 8 bytes x MT/s, or bus_bits / 8 bytes x MT/s."""
         if self.dram_gbps is not None:
             return self.dram_gbps
         if self.channels is not None and self.mt_s is not None:
             return self.channels * 8 * self.mt_s / 1000
+        if self.bus_bits is not None and self.mt_s is not None:
+            return self.bus_bits / 8 * self.mt_s / 1000
         return None
 
 

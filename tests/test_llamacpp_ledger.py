@@ -81,3 +81,16 @@ def test_prompt_attention_grows_with_depth_and_ubatch():
     _, shallow, _ = GQA.prompt(512, 0, True, 2, 2)
     _, deep, _ = GQA.prompt(512, 16384, True, 2, 2)
     assert deep > 30 * shallow
+
+
+def test_the_gradient_is_the_derivative_by_the_log_of_each_value():
+    ledgers = [_ledger(20.0, 15.0, 4.0, 7.0), _ledger(2.0, 30.0, 1.0, 0.0)]
+    comp = CompiledLedgers.of(ledgers)
+    v = np.array([{"eff": 0.5, "node_s": 0.01}[n] for n in comp.names])
+    seconds, grad = comp.seconds_and_gradient(v)
+    assert np.allclose(seconds, comp.seconds(v))
+    for j in range(len(v)):
+        step = v.copy()
+        step[j] *= math.exp(1e-6)
+        numeric = (comp.seconds(step) - seconds) / 1e-6
+        assert np.allclose(grad[:, j], numeric, rtol=1e-4, atol=1e-9)

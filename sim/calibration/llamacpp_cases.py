@@ -139,18 +139,23 @@ def _scenario(setup: str, machine_spec: dict, model_file: str, model: dict, sour
               vulkan: str | None) -> Scenario:
     """The scenario of one setup's machine running one model (``machine_spec``: the setup's machine with a row's
     changes)."""
-    from sim.catalog import gpu_entries
+    from sim.catalog import gpu_entries, host_entries
     from sim.config.defaults import fill_defaults
     from sim.config.load import validate
 
     m = machine_spec
-    host: dict[str, Any] = {"type": m["host"]} | {k: v for k, v in (m.get("host_fields") or {}).items()
-                                                  if v is not None}
+    fields = {k: v for k, v in (m.get("host_fields") or {}).items() if v is not None}
+    card = gpu_entries().get(m.get("gpu") or "", {})
+    if m.get("host") in host_entries():
+        host: dict[str, Any] = {"type": m["host"]} | fields
+    elif card.get("unified"):  # the CPU side of a unified chip the catalog has no host entry for: its one memory
+        host = {"dram_gbps": card["hbm_gbps"]} | fields
+    else:
+        raise ScenarioError(source, f"setups.{setup}.machine.host", f"{m.get('host')!r}: not a catalog host")
     if m.get("os", "linux") != "linux":
         host["os"] = m["os"]
     gpus: dict[str, Any] = {}
     if m.get("gpu") not in (None, "none") and int(m.get("gpus", 1) or 0) > 0:
-        card = gpu_entries().get(m["gpu"], {})
         gen = m.get("slot_gen") or card.get("pcie_max_gen") or 4
         lanes = m.get("slot_lanes") or card.get("pcie_max_lanes") or 16
         for i in range(int(m.get("gpus", 1))):

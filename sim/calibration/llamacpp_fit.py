@@ -144,27 +144,43 @@ def fit_speed(cases: list[Case], base: CostParams, max_evaluations: int = 60, we
     pool_cols = np.array([col.get(p, -1) for p in pooled], dtype=int)
     calls = [0]
 
+    # log(values) = fixed logs, with the pooled columns set to z's pooled part and each member to its pool + delta
+    n_pool = len(pooled)
+    lift = np.zeros((len(names), len(pooled) + len(members)))
+    for i, c in enumerate(pool_cols):
+        if c >= 0:
+            lift[c, i] = 1.0
+    for j, (c, f) in enumerate(zip(member_cols, member_family, strict=True)):
+        lift[c, f] = 1.0
+        lift[c, n_pool + j] = 1.0
+    free_rows = lift.any(axis=1)
+    base_logs = np.log(fixed_values)
+
+    def logs_of(z: np.ndarray) -> np.ndarray:
+        return np.where(free_rows, lift @ z, base_logs)
+
     def values_of(z: np.ndarray) -> np.ndarray:
-        pool, delta = z[:len(pooled)], z[len(pooled):]
-        v = fixed_values.copy()
-        logs = np.log(v)
-        have = pool_cols >= 0
-        logs[pool_cols[have]] = pool[have]
-        if members:
-            logs[member_cols] = pool[member_family] + delta
-        return np.exp(np.clip(logs, lo, hi))
+        return np.exp(np.clip(logs_of(z), lo, hi))
+
+    prior_scale = np.concatenate([np.full(n_pool, 1.0 / POOL_SD), np.full(len(members), 1.0 / PRIOR_SD)])
 
     def residuals(z: np.ndarray) -> np.ndarray:
         calls[0] += 1
         seconds = comp.seconds(values_of(z))
-        rate = tokens / seconds
-        r = np.log(rate / measured) * w
-        prior = np.concatenate([(z[:len(pooled)] - default_pool) / POOL_SD, z[len(pooled):] / PRIOR_SD])
+        r = np.log(tokens / seconds / measured) * w
+        prior = np.concatenate([z[:n_pool] - default_pool, z[n_pool:]]) * prior_scale
         return np.concatenate([r, prior])
 
+    def jacobian(z: np.ndarray) -> np.ndarray:
+        logs = logs_of(z)
+        inside = (logs > lo) & (logs < hi)
+        seconds, grad = comp.seconds_and_gradient(np.exp(np.clip(logs, lo, hi)))
+        d = -(w / seconds)[:, None] * (grad * inside[None, :]) @ lift
+        return np.vstack([d, np.diag(prior_scale)])
+
     z0 = np.concatenate([start_pool, start_delta])
-    res = least_squares(residuals, z0, loss="soft_l1", f_scale=0.15, max_nfev=max_evaluations * (len(z0) + 1),
-                        diff_step=1e-4, x_scale=1.0)
+    res = least_squares(residuals, z0, jac=jacobian, loss="soft_l1", f_scale=0.15, max_nfev=max_evaluations * 10,
+                        x_scale=1.0)
     v = values_of(res.x)
     fitted = {n: float(f"{x:.6g}") for n, x in zip(names, v, strict=True) if n in free}
     pool_values = {p: float(f"{math.exp(np.clip(x, -50, 50)):.6g}") for p, x in zip(pooled, res.x[:len(pooled)],

@@ -125,7 +125,7 @@ def _gpu(s: Scenario, p: str, g) -> list[Problem]:
         errs.append((f"{p}.type", g.type, "expected a GPU type of the scenario's gpus or of the catalog (sim catalog "
                      "lists them)" + (f"; did you mean '{hint[0]}'?" if hint else "")))
     card = s.gpus.get(g.type)
-    if card is None:
+    if card is None or card.pcie_max_gen is None:  # unknown (reported above), or a unified chip: no link to check
         return errs
     for what, neg, card_max, slot in (("gen", g.negotiated_gen, card.pcie_max_gen, g.slot_gen),
                                       ("lanes", g.negotiated_lanes, card.pcie_max_lanes, g.slot_lanes)):
@@ -137,8 +137,9 @@ def _gpu(s: Scenario, p: str, g) -> list[Problem]:
 
 def _engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
     """An engine names a model and a GPU of its machine; then what its kind of engine needs."""
-    errs = _need(f"{p}.model", e.model, s.models, "a model") + _need(f"{p}.gpu", e.gpu, m.gpus,
-                                                                        "a GPU of this machine")
+    errs = _need(f"{p}.model", e.model, s.models, "a model")
+    if e.gpu is not None or e.llamacpp is None:  # llama.cpp: its first card, or the CPU alone
+        errs += _need(f"{p}.gpu", e.gpu, m.gpus, "a GPU of this machine")
     spec = s.models.get(e.model)
     if spec is not None and engine_kind(s, e) is None:
         errs.append((f"{p}.model", e.model, "a model with an 'moe' or a 'dense' section (one of them)"))

@@ -181,7 +181,8 @@ class Engine(Strict):
     host RAM, then the machine's disk (through the page cache)."""
 
     model: str = Field(description="Key of the MoE model it serves.")
-    gpu: str = Field(description="Key of the machine's GPU it runs on.")
+    gpu: str | None = Field(None, description="Key of the machine's GPU it runs on (a llama.cpp engine on a machine "
+                            "without GPUs has none).")
     overhead_gib: float | None = Field(
         None, ge=0, le=MAX_GIB,
         description="Fixed VRAM outside the expert cache: dense weights, KV, activations, CUDA context "

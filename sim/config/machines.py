@@ -84,7 +84,8 @@ class Disk(Strict):
 
 class GpuType(Strict):
     vram_gib: float = Field(gt=0, le=MAX_GIB, description="VRAM capacity (GiB).")
-    pcie_max_gen: Gen = Field(description="Highest PCIe generation the card itself supports.")
+    pcie_max_gen: Gen | None = Field(None, description="Highest PCIe generation the card itself supports (required "
+                                     "for a card; a unified-memory chip has none).")
     pcie_max_lanes: Lanes = Field(16, description="Widest PCIe link the card itself supports (lanes).")
     hbm_gbps: float | None = Field(None, ge=MIN_GBPS, le=MAX_GBPS,
         description="Memory bandwidth (GB/s, card spec); a dense engine's "
@@ -109,6 +110,13 @@ class GpuType(Strict):
     name: str = Field("", description="Marketing name (catalog).")
     source: str = Field("", description="Where the numbers come from (vendor spec sheet URL).")
     note: str = ""
+
+    @model_validator(mode="after")
+    def _link(self) -> GpuType:
+        if self.pcie_max_gen is None and not self.unified:
+            raise ValueError("pcie_max_gen: missing: the highest PCIe generation the card supports (only a "
+                             "unified-memory chip, unified: true, has none)")
+        return self
 
 
 class Gpu(Strict):
@@ -242,8 +250,10 @@ class Machine(Strict):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Machine:
-        if self.kind == "discrete" and not self.gpus:
-            raise ValueError("a discrete machine needs at least one entry under 'gpus'")
+        cpu_only = self.engine is not None and self.engine.llamacpp is not None
+        if self.kind == "discrete" and not self.gpus and not cpu_only:
+            raise ValueError("a discrete machine needs at least one entry under 'gpus' (only a llama.cpp engine runs "
+                             "on the CPU alone)")
         if self.kind == "unified":
             if self.gpus:
                 raise ValueError("a unified-memory machine has no 'gpus' (no PCIe stage)")

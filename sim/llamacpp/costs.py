@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from sim.core.errors import SimulationError
 from sim.llamacpp.graph import OUTPUT_NODES, attention_nodes, ffn_nodes
 from sim.llamacpp.layers import Mixer, mixers
 from sim.llamacpp.ledger import Channel, Ledger
@@ -87,13 +88,19 @@ class Hardware:
     def gemm(self, device: str) -> Channel:
         d = self.devices[device]
         if d.is_cpu:
+            if d.peak_flops <= 0:
+                raise SimulationError("the host CPU's arithmetic is not known (its clock and FLOPs per cycle: a "
+                                      "catalog host type gives them, or host.boost_ghz and host.fp32_flops_per_cycle)"
+                                      ", and this run computes on the CPU")
             return ("ik_cpu_flops_efficiency" if self.ik_kernels else "cpu_flops_efficiency", d.peak_flops)
         return (self.params.name("gemm_efficiency", d.path), d.peak_flops)
 
-    def vector(self, device: str) -> Channel:
+    def vector(self, device: str) -> Channel | None:
+        """The channel of a decode step's arithmetic on ``device`` (None: a CPU whose peak is not known, whose
+        memory-bound decode is then costed by its reads alone)."""
         d = self.devices[device]
         if d.is_cpu:
-            return self.gemm(device)
+            return self.gemm(device) if d.peak_flops > 0 else None
         return (self.params.name("gemm_efficiency", f"{d.backend}_vector"), d.vector_flops)
 
     def flash(self, device: str) -> Channel:
@@ -122,12 +129,13 @@ class Hardware:
                     (nbytes * d.spill_share, ("spill_link_share", d.link_bps))]
         return [(nbytes, self.read(device))]
 
-    def work(self, device: str, nbytes: float, flops: float, arithmetic: Channel) -> tuple[list, list, list]:
+    def work(self, device: str, nbytes: float, flops: float, arithmetic: Channel | None
+             ) -> tuple[list, list, list]:
         """A part's three bounds on ``device``: its reads, its arithmetic on ``arithmetic``, and for the CPU what its
         threads can pull."""
         d = self.devices[device]
         cap = [(nbytes * d.resident_share, (None, d.thread_bps))] if d.is_cpu and d.thread_bps > 0 else []
-        return self.reads(device, nbytes), [(flops, arithmetic)], cap
+        return self.reads(device, nbytes), [(flops, arithmetic)] if arithmetic is not None else [], cap
 
     def copy(self, device: str, nbytes: float, pinned: bool) -> tuple[list, list]:
         """The two bounds of copying ``nbytes`` from host memory to card ``device``: its link (pageable memory at
@@ -240,6 +248,7 @@ class Engine:
                 if scores:
                     lg.term(self._category(kv_dev, "scores"), hw.reads(kv_dev, scores))
         self._output(lg, here, batch)
+        self._io(lg, batch, batch)
         lg.count(hw.token(self._main()), 1, "fixed:step")
         return lg
 
@@ -257,6 +266,16 @@ class Engine:
             return attention_nodes(self.mixers[block].kind, self.flash_attn, self._qk_norm)
         ffn, experts = ffn_nodes(g, block in moe_blocks)
         return ffn if role == "ffn" else experts
+
+    def _io(self, lg: Ledger, tokens: int, outputs: int) -> None:
+        """The step's inputs and outputs crossing the link: the embedded tokens (looked up on the CPU) to the card
+        running the first block, the logits of the output tokens back to host memory (both pinned)."""
+        pl, hw, g = self.placement, self.hw, self.placement.model.geometry
+        first = pl.path[0][2][0][0] if pl.path else CPU
+        if first != CPU:
+            lg.term("link:io", [(tokens * g.hidden * 4.0, (None, hw.devices[first].link_bps))])
+        if pl.output_device != CPU:
+            lg.term("link:io", [(outputs * g.vocab * 4.0, (None, hw.devices[pl.output_device].link_bps))])
 
     def _output(self, lg: Ledger, here: str, tokens: int) -> None:
         pl, hw = self.placement, self.hw
@@ -305,16 +324,23 @@ class Engine:
                 if scores:
                     lg.term(self._category(kv_dev, "scores"), hw.reads(kv_dev, scores))
         self._output(lg, here, 1)  # llama-bench and a server's prompt want the last token's logits
+        self._io(lg, tokens, 1)
         lg.count(hw.token(self._main()), 1, "fixed:step")
         return lg
 
     def prompt_ledger(self, tokens: int, context: float = 0.0, ubatch: int = 512) -> Ledger:
-        """A prompt of ``tokens`` tokens after ``context`` tokens of cache, in ubatches of ``ubatch``."""
-        lg, done = Ledger(), 0
-        while done < tokens:
-            u = min(ubatch, tokens - done)
-            lg.extend(self.ubatch_ledger(u, context + done))
-            done += u
+        """A prompt of ``tokens`` tokens after ``context`` tokens of cache, in ubatches of ``ubatch``: the ``k`` full
+        ubatches as ``k`` times the mean of the first and the last (a ubatch's work is linear in its context, so
+        exact but across a kink of a roofline's max), then the remainder."""
+        lg = Ledger()
+        full, rest = divmod(tokens, ubatch)
+        if full == 1:
+            lg.extend(self.ubatch_ledger(ubatch, context))
+        elif full > 1:
+            lg.extend(self.ubatch_ledger(ubatch, context), full / 2.0)
+            lg.extend(self.ubatch_ledger(ubatch, context + (full - 1) * ubatch), full / 2.0)
+        if rest:
+            lg.extend(self.ubatch_ledger(rest, context + full * ubatch))
         return lg
 
     def generate_ledger(self, tokens: int, context: float = 0.0, batch: int = 1) -> Ledger:

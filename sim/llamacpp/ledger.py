@@ -84,14 +84,15 @@ class Ledger:
     def seconds_by_category(self, values: Mapping[str, float]) -> dict[str, float]:
         """Seconds of the work by category under the parameter ``values`` (a term's time goes to its category)."""
         n = len(self.term_weight)
-        sums = np.zeros((n, GROUPS))
-        for t, g, a, (p, spec) in zip(self.add_term, self.add_group, self.add_amount, self.add_channel, strict=True):
-            rate = spec * (values[p] if p is not None else 1.0)
-            sums[t, g] += a / rate
         out: dict[str, float] = {}
-        for t in range(n):
-            c = self.term_category[t]
-            out[c] = out.get(c, 0.0) + self.term_weight[t] * float(sums[t].max())
+        if n:
+            rates = {ch: ch[1] * (values[ch[0]] if ch[0] is not None else 1.0) for ch in set(self.add_channel)}
+            per_add = np.array(self.add_amount) / np.array([rates[ch] for ch in self.add_channel])
+            slots = np.bincount(GROUPS * np.array(self.add_term) + np.array(self.add_group), weights=per_add,
+                                minlength=GROUPS * n)
+            terms = slots.reshape(n, GROUPS).max(axis=1) * np.array(self.term_weight)
+            for c, t in zip(self.term_category, terms.tolist(), strict=True):
+                out[c] = out.get(c, 0.0) + t
         for p, k in self.fixed.items():
             c = self.fixed_category.get(p, "fixed")
             out[c] = out.get(c, 0.0) + k * values[p]
@@ -141,12 +142,33 @@ class CompiledLedgers:
                    np.array(add_amount, dtype=float), np.array(add_slot, dtype=int),
                    np.array(term_weight, dtype=float), np.array(term_ledger, dtype=int), fixed, len(ledgers))
 
+    def _per_add(self, values: np.ndarray) -> np.ndarray:
+        scale = np.where(self.channel_param >= 0, values[np.maximum(self.channel_param, 0)], 1.0)
+        return self.add_amount / (self.channel_spec * scale)[self.add_channel]
+
     def seconds(self, values: np.ndarray) -> np.ndarray:
         """Each ledger's seconds under ``values`` (one per name, in ``names``' order)."""
-        scale = np.where(self.channel_param >= 0, values[np.maximum(self.channel_param, 0)], 1.0)
-        rate = self.channel_spec * scale
-        per_add = self.add_amount / rate[self.add_channel]
+        per_add = self._per_add(values)
         slots = np.bincount(self.add_slot, weights=per_add, minlength=GROUPS * len(self.term_weight))
         terms = slots.reshape(-1, GROUPS).max(axis=1) * self.term_weight
         out = np.bincount(self.term_ledger, weights=terms, minlength=self.ledgers)
         return out + self.fixed @ values
+
+    def seconds_and_gradient(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each ledger's seconds and their derivatives by the log of each value (ledgers x names): an addend
+        ``amount / (spec x v)`` of a term's longest sum contributes ``-weight x amount / (spec x v)`` to its
+        parameter's column, a fixed cost ``count x v`` contributes itself."""
+        per_add = self._per_add(values)
+        n_terms = len(self.term_weight)
+        slots = np.bincount(self.add_slot, weights=per_add, minlength=GROUPS * n_terms).reshape(-1, GROUPS)
+        winner = slots.argmax(axis=1)
+        terms = slots[np.arange(n_terms), winner] * self.term_weight
+        seconds = np.bincount(self.term_ledger, weights=terms, minlength=self.ledgers) + self.fixed @ values
+        term_of_add = self.add_slot // GROUPS
+        param = self.channel_param[self.add_channel]
+        live = (self.add_slot % GROUPS == winner[term_of_add]) & (param >= 0)
+        n = len(self.names)
+        index = self.term_ledger[term_of_add[live]] * n + param[live]
+        grad = -np.bincount(index, weights=per_add[live] * self.term_weight[term_of_add[live]],
+                            minlength=self.ledgers * n).reshape(self.ledgers, n)
+        return seconds, grad + self.fixed * values

@@ -95,6 +95,21 @@ def gpu_names(scn: Scenario, machine: str, backend: str = "cuda") -> tuple[list[
     return keys, tuple(device_name(backend, i) for i in range(len(keys)))
 
 
+def cpu_peak_flops(host, threads: int) -> float:
+    """The FP32 SIMD peak (FLOP/s) ``threads`` threads get: one per core, performance cores first (clock x FLOPs per
+    cycle each); 0 when the host's clock or SIMD width is not known (a run that computes on the CPU then says so)."""
+    cores = host.cores or 1
+    if not host.boost_ghz or not host.fp32_flops_per_cycle:
+        return 0.0
+    e = host.e_cores or 0
+    used = min(threads, cores)
+    p_used = min(used, cores - e)
+    peak = p_used * host.boost_ghz * host.fp32_flops_per_cycle
+    if used > p_used and host.e_boost_ghz and host.e_fp32_flops_per_cycle:
+        peak += (used - p_used) * host.e_boost_ghz * host.e_fp32_flops_per_cycle
+    return peak * 1e9
+
+
 def _cpu_device(scn: Scenario, machine: str, threads: int, p: CostParams, ram_resident: float,
                 cpu_weights: float) -> Device:
     m = scn.machines[machine]
@@ -104,14 +119,7 @@ def _cpu_device(scn: Scenario, machine: str, threads: int, p: CostParams, ram_re
         raise ScenarioError("scenario", f"machines.{machine}.host", "missing: a host type, or dram_gbps, or "
                             "channels and mt_s (the CPU's weights are read at its DRAM bandwidth)")
     assert host is not None
-    cores = host.cores or 1
-    ghz = getattr(host, "boost_ghz", None)
-    per_cycle = getattr(host, "fp32_flops_per_cycle", None)
-    if ghz is None or per_cycle is None:
-        raise ScenarioError("scenario", f"machines.{machine}.host", "missing: boost_ghz and fp32_flops_per_cycle (a "
-                            "catalog host type gives them): the CPU's prompt arithmetic is cores x clock x FLOPs per "
-                            "cycle")
-    peak = min(threads, cores) * ghz * 1e9 * per_cycle
+    peak = cpu_peak_flops(host, threads)
     disk_bps = 0.0
     if m.disk is not None and m.disk in scn.disks and scn.disks[m.disk].read_gbps:
         disk_bps = float(scn.disks[m.disk].read_gbps) * GB

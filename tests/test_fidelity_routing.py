@@ -51,7 +51,7 @@ def test_rows_are_read_as_their_sources_say(domain):
     assert by["EC0106.hit_rate"].key.tokens == (256.0,) * 10
     assert by["EC0099.hit_rate"].key.tolerance == pytest.approx(3.0)  # "~67"
     assert not by["EC0099.hit_rate"].key.layers_stated
-    assert by["EC0130.hit_rate"].key.scope == "model"
+    assert by["EC0130.hit_rate"].key.capacity == pytest.approx(500 / 61)  # "C = cache_size/num_layers"
     assert by["EC0046.hit_rate"].key.tokens[0] == pytest.approx(142.0)  # 81792 lookups / (72 tensors x 8)
     assert not by["EC0046.hit_rate"].key.fitted and by["EC0105.hit_rate"].key.fitted
     assert {by["EC0042.top1_share_lo"].measured, by["EC0042.top1_share_hi"].measured} == {3.0, 9.0}

@@ -28,16 +28,20 @@ How each source's rows are read (what the table's columns leave implicit), from 
   per-layer LRU of that many experts), a cache started empty for each run; a run's tokens per layer are the stats
   JSON's lookups over its tensors and top_k (``hits + misses`` over ``tensors x top_k``, 142 for both layer ranges).
   Predicted, never fitted: the source's own replay of the same runs gives 38.9% and 42.4% against its engine
-  counter's 25.3% and 31.3% (docs/moe-track-plan.md), so the counter sees lookups a replay of the routes (and so
-  the routing law) does not; fitting them would bend the law of every model to the engine's counting.
+  counter's 25.3% and 31.3% (row EC0054's notes, from docs/moe-track-plan.md), so the counter sees lookups a replay
+  of the routes (and so the routing law) does not; fitting them would bend the law of every model to the engine's
+  counting.
 - IMP1374, IMP2061 (kekzl/imp): a slot is one (projection, expert) key, three per expert
-  (``tools/analysis/expert_cache_sim.py``: "three per selected expert ... all three share a slot budget"; #1374:
-  ``3 * top_k = 24`` slots "barely hold a single token"): slots / 3 experts per layer; one request, cache cold (256
-  decode tokens; a 300-token generation); top_k the routed experts (the shared expert is not looked up).
+  (https://github.com/kekzl/imp/blob/6e67989b42482685d9d4e2b668bb56ce079277df/tools/analysis/expert_cache_sim.py:
+  "A key in the device cache is (projection, expert), three per selected expert, and all three share a slot budget";
+  https://github.com/kekzl/imp/pull/1374: ``3 * top_k = 24`` slots, "where the cache barely holds a single token"):
+  slots / 3 experts per layer; one request, cache cold (256 decode tokens; a 300-token generation); top_k the routed
+  experts (the trace records only those; the shared expert is not looked up).
 - LCPP27861: per-layer LRU of experts over a long instrumented trace: warm; the static hot list learned on one half
   of the workload and measured on the other: ranked by the profile (the shared Zipf law), not in-sample.
-- FT174: the stationary oracle ranks (layer, expert) pairs of the whole model by the window's own frequencies
-  (500-900 slots for 61 x 256 experts: one cache across layers), one long generation.
+- FT174 (https://github.com/FlashML-org/FreeToken/issues/174): the stationary oracle keeps "top-C experts per layer
+  by observed frequency, C = cache_size/num_layers" (the window's own frequencies: in-sample, pooled over its
+  requests).
 
 A model whose MoE layer count the table does not state is computed with ``NOMINAL_LAYERS``: every layer has the same
 law (depth slope 0), so pooled statistics do not depend on the count.
@@ -102,8 +106,7 @@ class RouteRow:
     top_k: int
     kind: str  # lru, static, overlap, overlap_d, reuse_median, reuse_p90, range_lo, range_hi, distinct, top_share
     tokens: tuple[float, ...]  # tokens per layer of each of the PROMPTS requests (the skew deciles)
-    capacity: float = 0.0  # experts the cache holds: per layer (scope layer) or in all (scope model); top-N's N
-    scope: str = "layer"  # layer: one cache per layer; model: one cache across every layer
+    capacity: float = 0.0  # experts a layer's cache holds (a fraction: that share of the next); top-N's N
     ranking: str = "pooled"  # static: pooled (in-sample over the requests), own (each request's), profile (shared law)
     distances: tuple[int, ...] = (1,)  # overlap_d: tokens apart (their mean)
     stat: str = ""  # range ends: distinct, top1, top8, entropy
@@ -371,10 +374,11 @@ def _rows_of(r: dict[str, str], prompts: dict[str, tuple[float, ...]], runs: dic
                            tolerance=rough, note="long instrumented trace: warm", **base)
             out.append(("hit_rate", "%", hit, key, f"{model} per-layer LRU @{cap:g}, warm"))
     elif src == "FT174-angelbaba01L" and hit is not None:
-        cap = float(_int(r["cache_slots_total"]) or 0)
-        key = RouteRow(kind="static", tokens=(1.0,) * PROMPTS, capacity=cap, scope="model", ranking="own",
-                       fitted=True, note="oracle of the window's own frequencies, one cache across layers", **base)
-        out.append(("hit_rate", "%", hit, key, f"{model} stationary oracle top-{cap:g} of all layers"))
+        slots = float(_int(r["cache_slots_total"]) or 0)
+        key = RouteRow(kind="static", tokens=(1.0,) * PROMPTS, capacity=slots / layers, fitted=True,
+                       note=f"oracle of the window's own frequencies, {slots:g} slots / {layers} layers", **base)
+        out.append(("hit_rate", "%", hit, key, f"{model} stationary oracle, {slots:g} slots ({slots / layers:.1f} "
+                    "experts per layer)"))
     if not out:
         return "not a statistic this domain reads (no hit rate vs cache size, overlap or routing statistic)"
     if any(not math.isfinite(o[2]) for o in out):
@@ -427,12 +431,11 @@ class RoutingDomain:
 
 def mechanism(fitted: RoutingFit, key: RouteRow) -> str:
     """Which part of the model gives the value: the cache companion, the workload read, and the exponent used."""
-    layer = "a layer" if key.scope == "layer" else "every layer"
     ranked = "by the shared law" if key.ranking == "profile" else "in-sample"
     dist = "-".join(str(d) for d in key.distances)
     end = "lowest" if key.kind == "range_lo" else "highest"
     what = {"lru": f"per-layer LRU of {key.capacity:.4g} experts (Che with reuse)",
-            "static": f"static cache of {key.capacity:.4g} experts of {layer}, ranked {ranked}",
+            "static": f"static cache of {key.capacity:.4g} experts per layer, ranked {ranked}",
             "overlap": "consecutive overlap: the mean over prompts of unknown skew",
             "overlap_d": f"overlap at distance {dist} (reuse^d)",
             "reuse_median": "reuse distances of the two-state chain",
@@ -507,21 +510,21 @@ def evaluate(fitted: RoutingFit, keys: list[RouteRow]) -> list[float | np.ndarra
 
 
 def _static(pi: np.ndarray, n: np.ndarray, key: RouteRow) -> float:
-    """Hit rate of a static cache of ``key.capacity`` experts: its lookup share (pi / top_k over every layer)."""
-    k, layers = key.top_k, pi.shape[1]
-    cap = int(round(key.capacity))
+    """Hit rate of a static cache of ``key.capacity`` experts per layer: its lookup share (pi / top_k); a fractional
+    capacity holds that share of the next expert's lookups."""
     w = n / n.sum()
     if key.ranking == "profile":  # the shared law's head: the first ranks of every layer (the hot sets are own)
-        return float((pi[:, :, :cap].sum(axis=2).mean(axis=1) * w).sum() / k)
-    if key.scope == "model":
-        flat = pi.reshape(pi.shape[0], -1)
-        if key.ranking == "pooled":
-            return float(np.sort((flat * w[:, None]).sum(axis=0))[::-1][:cap].sum() / (k * layers))
-        return float((np.sort(flat, axis=1)[:, ::-1][:, :cap].sum(axis=1) * w).sum() / (k * layers))
-    if key.ranking == "pooled":
-        pooled = (pi * w[:, None, None]).sum(axis=0)
-        return float(np.sort(pooled, axis=1)[:, ::-1][:, :cap].sum(axis=1).mean() / k)
-    return float((np.sort(pi, axis=2)[:, :, ::-1][:, :, :cap].sum(axis=2).mean(axis=1) * w).sum() / k)
+        ranked = pi
+    elif key.ranking == "pooled":
+        ranked = -np.sort(-(pi * w[:, None, None]).sum(axis=0, keepdims=True), axis=2)
+        w = np.ones(1)
+    else:  # each request's own
+        ranked = -np.sort(-pi, axis=2)
+    whole = min(int(np.floor(key.capacity)), pi.shape[2])
+    cached = ranked[:, :, :whole].sum(axis=2)
+    if whole < pi.shape[2]:
+        cached = cached + (key.capacity - whole) * ranked[:, :, whole]
+    return float((cached.mean(axis=1) * w).sum() / key.top_k)
 
 
 def _layer_stat(pi: np.ndarray, rho: float, n: np.ndarray, k: int, stat: str) -> np.ndarray:

@@ -61,7 +61,6 @@ PACKAGE = {"locality": 0.0, "exponent_spread": 0.0, "exponent_depth_slope": 0.0,
            "drift_hot_fraction": SHARED["drift_hot_fraction"][3]}  # sim.config.models.Routing's defaults (no drift)
 
 
-
 @dataclass(frozen=True)
 class RoutingFit:
     """Shared routing parameters fitted to training observations: the exponent of each model they cover, the shared
@@ -79,7 +78,6 @@ class RoutingFit:
             return self.params.exponents[model], f"exponent {self.params.exponents[model]:.3g} fitted"
         return self.default_exponent, f"model not in training: shared default exponent {self.default_exponent:.3g} " \
                                       f"({self.default_from})"
-
 
 
 class RoutingDomain:

@@ -69,7 +69,6 @@ class RouteRow:
     note: str = ""  # how the row was read, for the mechanism string
 
 
-
 def _num(text: str) -> float | None:
     """The leading number of a cell ("~67", "~10 (uniform 6.2)", "31.27"), None when there is none."""
     m = re.match(r"\s*~?\s*([0-9]+(?:\.[0-9]+)?)", text or "")

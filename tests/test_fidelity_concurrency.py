@@ -1,0 +1,57 @@
+"""The serving-under-load domain of the fidelity benchmark: every row of the two concurrency tables excluded once,
+each with the reason no engine of the project expresses it; fit and predict work on any list."""
+
+import csv
+import math
+import os
+
+import pytest
+from conftest import ROOT
+
+from sim import ScenarioError
+from sim.fidelity.concurrency import TABLES, ConcurrencyDomain
+from sim.fidelity.domain import Observation
+
+PUBLIC = os.path.join(ROOT, "calibration", "public")
+
+
+@pytest.fixture(scope="module")
+def domain():
+    d = ConcurrencyDomain(PUBLIC)
+    return d, *d.observations()
+
+
+def test_every_row_of_both_tables_is_covered_exactly_once(domain):
+    _, obs, excluded = domain
+    rows = set()
+    for table in TABLES:
+        with open(os.path.join(PUBLIC, table), encoding="utf-8", newline="") as fh:
+            rows |= {(table, r["row_id"]) for r in csv.DictReader(fh)}
+    seen = [(e.table, e.row_id) for e in excluded] + [(o.table, o.row_id) for o in obs]
+    assert len(seen) == len(set(seen)) and set(seen) == rows
+    assert all(e.why for e in excluded)
+
+
+def test_each_row_says_why_no_engine_expresses_it(domain):
+    _, obs, excluded = domain
+    assert obs == []
+    why = {e.source: e.why for e in excluded}
+    assert "unified" in why["IA-sweep-q36-i1k"] and "unified" in why["LHL-vllm-README"]
+    assert "unified" in why["LCPP-benches-dgx-spark-batched"]
+    assert "TP=2" in why["C3090-conc-sweep"] and "tensor parallelism" in why["C3090-conc-sweep"]
+    assert "TP=3" in why["C3090-845-htsglang"]
+    assert why["LCPP20586-4090"].startswith("llama.cpp domain")
+
+
+def test_fit_and_predict_work_on_any_list(domain):
+    d, _, _ = domain
+    f = d.fit([])
+    assert f == d.fit([]) and d.predict(f, []) == []
+    o = Observation("concurrency.csv", "CC9999", "X", "X", "output_tok_s", "tok/s", 100.0)
+    (p,) = d.predict(d.fit([o]), [o])
+    assert math.isnan(p.value) and "not expressible" in p.mechanism
+
+
+def test_a_missing_table_is_one_line_naming_it(tmp_path):
+    with pytest.raises(ScenarioError, match="concurrency.csv: file not found"):
+        ConcurrencyDomain(tmp_path).observations()

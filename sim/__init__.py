@@ -8,9 +8,10 @@ asked raises :class:`SimulationError`. Names are imported on first use, so ``imp
 
 from __future__ import annotations
 
-from sim.core.numerics import request_baseline_kernels
+from sim.core.numerics import request_baseline_kernels, request_single_thread_blas
 
 request_baseline_kernels()  # before numpy is imported: the same bits on every CPU (sim.core.numerics)
+request_single_thread_blas()  # and one BLAS thread: small matrices, sums in one order
 
 __version__ = "0.1.0"
 __all__ = ["Run", "Scenario", "ScenarioError", "SimulationError", "__version__", "load", "run"]

@@ -23,7 +23,7 @@ LAYERS = [
     ["sim.engines"],  # which kind serves a scenario
     ["sim.runner"],  # one run: loads, jobs, the served workload
     ["sim.report", "sim.calibration", "sim.compare"],  # its text; fitting, validating, error bars; differences
-    ["sim.sweeps", "sim.viz"],  # many runs; figures
+    ["sim.sweeps", "sim.viz", "sim.fidelity"],  # many runs; figures; the leave-one-source-out benchmark
     ["sim.api", "sim"],  # the Python API
     ["sim.cli"],  # the command line
     ["sim.__main__"],  # python -m sim

@@ -94,3 +94,16 @@ def test_the_gradient_is_the_derivative_by_the_log_of_each_value():
         step[j] *= math.exp(1e-6)
         numeric = (comp.seconds(step) - seconds) / 1e-6
         assert np.allclose(grad[:, j], numeric, rtol=1e-4, atol=1e-9)
+
+
+def test_compacting_merges_repeated_terms_and_keeps_the_seconds():
+    lg = Ledger()
+    for _ in range(48):
+        lg.term("gpu:attention", [(5.0, ("eff", 10.0))], [(3.0, (None, 1.0))])
+        lg.term("gpu:experts", [(7.0, ("eff", 10.0))])
+    lg.count("node_s", 10)
+    small = lg.compact()
+    values = {"eff": 0.5, "node_s": 0.01}
+    assert len(small.term_weight) == 2
+    assert math.isclose(small.seconds(values), lg.seconds(values))
+    assert small.seconds_by_category(values).keys() == lg.seconds_by_category(values).keys()

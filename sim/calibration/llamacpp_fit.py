@@ -68,7 +68,7 @@ def build(case: Case, params: CostParams) -> Built:
         lg = e.prompt_ledger(case.tokens, case.depth, min(s.ubatch_size, s.batch_size))
     else:
         lg = e.generate_ledger(case.tokens, case.depth)
-    return Built(case, ledger=lg)
+    return Built(case, ledger=lg.compact())
 
 
 def fit_memory(cases: list[Case], base: CostParams) -> CostParams:

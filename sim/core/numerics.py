@@ -27,6 +27,20 @@ def request_baseline_kernels() -> bool:
     return True
 
 
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def request_single_thread_blas() -> bool:
+    """Ask the BLAS library numpy and scipy load for one thread, if numpy is not imported yet and the user set none
+    of its thread variables; True when asked. The simulator's matrices are small (a fit's Jacobian is a few hundred
+    rows by tens of columns): a threaded BLAS makes them slower, 25x on a shared 2-core machine (a 520 x 60 SVD,
+    50 ms against 2 ms), and sums them in an order that depends on the core count."""
+    if "numpy" in sys.modules or any(v in os.environ for v in BLAS_THREADS):
+        return False
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    return True
+
+
 def numpy_dispatch() -> tuple[str, ...]:
     """The CPU features numpy's dispatched loops use in this process (empty: baseline loops only, as sim asks)."""
     try:

@@ -18,8 +18,12 @@ from sim.fidelity.loso import Result
 
 
 def is_points(unit: str) -> bool:
-    """True for quantities whose error is in percentage points (fractions 0-1)."""
-    return unit == "fraction"
+    """True for quantities whose error is in percentage points (fractions 0-1, or percentages)."""
+    return unit in ("fraction", "%")
+
+
+def _points(unit: str, difference: float) -> float:
+    return 100.0 * difference if unit == "fraction" else difference
 
 
 def error_of(r: Result, held_out: bool = True) -> float:
@@ -28,7 +32,7 @@ def error_of(r: Result, held_out: bool = True) -> float:
     if not math.isfinite(value):
         return float("nan")
     if is_points(r.observation.unit):
-        return 100.0 * (value - r.observation.measured)
+        return _points(r.observation.unit, value - r.observation.measured)
     return r.error if held_out else r.in_sample_error
 
 

@@ -13,25 +13,27 @@ from collections.abc import Callable
 from sim.fidelity.domain import Domain, Excluded
 from sim.fidelity.loso import Result, run
 
-# name -> (module, class): each class takes the project root
-DOMAINS: dict[str, tuple[str, str]] = {
-    "llama.cpp": ("sim.fidelity.llamacpp", "LlamaCppDomain"),
-    "loads": ("sim.fidelity.loads", "LoadsDomain"),
-    "routing": ("sim.fidelity.routing", "RoutingDomain"),
-    "concurrency": ("sim.fidelity.concurrency", "ConcurrencyDomain"),
+# name -> (module, class, what it is given: the project root or its folder of public tables)
+DOMAINS: dict[str, tuple[str, str, str]] = {
+    "llama.cpp": ("sim.fidelity.llamacpp", "LlamaCppDomain", "root"),
+    "loads": ("sim.fidelity.loads", "LoadsDomain", "root"),
+    "routing": ("sim.fidelity.routing", "RoutingDomain", "public"),
+    "concurrency": ("sim.fidelity.concurrency", "ConcurrencyDomain", "public"),
 }
 HEADLINE = [("llama.cpp", "tg_tok_s"), ("llama.cpp", "pp_tok_s"), ("llama.cpp", "vram_gib"), ("loads", "load_s")]
+DOMAIN_NAMES = {"llama.cpp": "llama.cpp", "loads": "load times", "routing": "expert cache and routing",
+                "concurrency": "serving under load"}
 NOTES = os.path.join("calibration", "fidelity_notes.yaml")
 
 
 def domain(name: str, root: str) -> Domain | None:
     """The domain ``name`` for the project at ``root``, or None when its module is not part of this build."""
-    module, cls = DOMAINS[name]
+    module, cls, given = DOMAINS[name]
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError:
         return None
-    return getattr(mod, cls)(root)
+    return getattr(mod, cls)(root if given == "root" else os.path.join(root, "calibration", "public"))
 
 
 def notes(root: str) -> dict[str, str]:

@@ -77,6 +77,29 @@ class Ledger:
             self.fixed[k] = self.fixed.get(k, 0.0) + v * weight
             self.fixed_category.setdefault(k, other.fixed_category.get(k, "fixed"))
 
+    def compact(self) -> Ledger:
+        """The same work with identical terms merged (their weights summed): a model's blocks repeat the same
+        parts, so a step of 48 blocks becomes a few dozen distinct terms."""
+        addends: dict[int, list] = {}
+        for t, g, a, ch in zip(self.add_term, self.add_group, self.add_amount, self.add_channel, strict=True):
+            addends.setdefault(t, []).append((g, a, ch))
+        merged: dict[tuple, int] = {}
+        out = Ledger(fixed=dict(self.fixed), fixed_category=dict(self.fixed_category))
+        for t, (w, c) in enumerate(zip(self.term_weight, self.term_category, strict=True)):
+            key = (c, tuple(addends.get(t, ())))
+            if key in merged:
+                out.term_weight[merged[key]] += w
+                continue
+            merged[key] = len(out.term_weight)
+            out.term_weight.append(w)
+            out.term_category.append(c)
+            for g, a, ch in key[1]:
+                out.add_term.append(merged[key])
+                out.add_group.append(g)
+                out.add_amount.append(a)
+                out.add_channel.append(ch)
+        return out
+
     def parameters(self) -> set[str]:
         """Every parameter the ledger's rates and fixed costs name."""
         return {p for p, _ in self.add_channel if p is not None} | set(self.fixed)

@@ -1,0 +1,622 @@
+"""The GGUF tensors of a model from its config.json: for each architecture the tensors llama.cpp's converter
+(``convert_hf_to_gguf.py``) writes and its loader (``src/models/<arch>.cpp``, ``create_tensor``) reads, by GGUF name
+and shape (``ne[0]`` first: a 2-D weight is ``[inputs, outputs]``, a 3-D expert tensor ``[inputs, outputs,
+experts]``). Read from ggml-org/llama.cpp at 0c1e57098bba43ac29e6e3b677cdceebdd22334f (the copy vendored in
+llama-cpp-python 0.3.36).
+
+Not listed: rotary frequency tables (``rope_freqs``, a few hundred bytes) and vision towers (a multimodal model's
+text model only: its ``mmproj`` is a separate file). Each builder documents its architecture's departures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.core.errors import ScenarioError
+from sim.modelfiles.geometry import delta_net_state_bytes, gqa_kv_bytes, mla_kv_bytes
+from sim.modelfiles.llama_quant import Slot
+
+MAX_DIM = 2**31  # a width, count or vocabulary above this is a mistake
+
+
+class Config:
+    """config.json's values (a multimodal model's ``text_config`` merged over the top level), each read with an
+    error naming the file and the key when it is missing or wrong."""
+
+    def __init__(self, path: str, raw: dict[str, Any], prefix: str = ""):
+        self.path, self.prefix = path, prefix
+        self.raw = {k: v for k, v in raw.items() if not (isinstance(k, str) and k.startswith("_"))}
+
+    def key(self, key: str) -> str:
+        return self.prefix + key
+
+    def has(self, key: str) -> bool:
+        return self.raw.get(key) is not None
+
+    def int(self, key: str, default: int | None = None, minimum: int = 1) -> int:
+        """A whole number >= ``minimum``; ``default`` when absent or null (required when ``default`` is None)."""
+        value = self.raw.get(key)
+        if value is None:
+            if default is None:
+                raise ScenarioError(self.path, self.key(key), f"missing: expected a whole number >= {minimum}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_DIM:
+            raise ScenarioError(self.path, self.key(key), f"expected a whole number from {minimum} to {MAX_DIM}, "
+                                f"got {value!r}")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.raw.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ScenarioError(self.path, self.key(key), f"expected a number, got {value!r}")
+        return float(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.raw.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ScenarioError(self.path, self.key(key), f"expected true or false, got {value!r}")
+        return value
+
+    def ints(self, key: str) -> list[int]:
+        value = self.raw.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ScenarioError(self.path, self.key(key), f"expected a list of layer numbers, got {value!r}")
+        return value
+
+    def layer_types(self, key: str, layers: int, allowed: tuple[str, ...]) -> list[str] | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or len(value) != layers or not all(v in allowed for v in value):
+            raise ScenarioError(self.path, self.key(key), f"expected a list of {layers} layer types, each one of "
+                                f"{', '.join(allowed)}")
+        return value
+
+
+@dataclass
+class Layout:
+    """One model's GGUF tensors and what the geometry needs beside them."""
+
+    gguf_arch: str  # llama.cpp's architecture name (general.architecture)
+    slots: list[Slot] = field(default_factory=list)
+    mtp: list[Slot] = field(default_factory=list)  # multi-token-prediction blocks the converter writes
+    kinds: list[str] = field(default_factory=list)  # per block: full, sliding, linear, mla
+    experts: int = 0
+    top_k: int = 0
+    shared: int = 0  # shared experts per MoE block
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0  # key head width
+    value_dim: int = 0  # value head width
+    kv_per_layer: float = 0.0  # K and V of one token in one full or MLA layer (bytes, at the KV type)
+    kv_per_layer_f16: float = 0.0
+    sliding_window: int = 0
+    n_gqa: int = 0  # llama.cpp's n_gqa() of layer 0
+    type_70b: bool = False
+    dims: dict[str, Any] = field(default_factory=dict)  # MLA and linear-attention fields of ModelGeometry
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, name: str, *shape: int, native: str = "", mtp: bool = False) -> None:
+        (self.mtp if mtp else self.slots).append(Slot(name, tuple(shape), native))
+
+
+# --- building blocks -----------------------------------------------------------------------------------------------
+
+def _head(lay: Layout, vocab: int, h: int, tied: bool, *, bias: bool = False, norm_bias: bool = False) -> None:
+    """token_embd, output_norm and output (absent when tied to token_embd)."""
+    lay.add("token_embd.weight", h, vocab)
+    lay.add("output_norm.weight", h)
+    if norm_bias:
+        lay.add("output_norm.bias", h)
+    if not tied:
+        lay.add("output.weight", h, vocab)
+        if bias:
+            lay.add("output.bias", vocab)
+
+
+def _norm(lay: Layout, b: int, name: str, n: int, *, bias: bool = False, mtp: bool = False) -> None:
+    lay.add(f"blk.{b}.{name}.weight", n, mtp=mtp)
+    if bias:
+        lay.add(f"blk.{b}.{name}.bias", n, mtp=mtp)
+
+
+def _gqa(lay: Layout, b: int, h: int, heads: int, kv: int, hd: int, vd: int | None = None, *, q_gate: bool = False,
+         qkv_bias: bool = False, o_bias: bool = False, qk_norm: bool = False, mtp: bool = False) -> None:
+    """attn_q/k/v/output (a gated query doubles attn_q), their biases, per-head q/k norms."""
+    vd = vd or hd
+    q = heads * hd * (2 if q_gate else 1)
+    for name, out in (("attn_q", q), ("attn_k", kv * hd), ("attn_v", kv * vd)):
+        lay.add(f"blk.{b}.{name}.weight", h, out, mtp=mtp)
+        if qkv_bias:
+            lay.add(f"blk.{b}.{name}.bias", out, mtp=mtp)
+    lay.add(f"blk.{b}.attn_output.weight", heads * vd, h, mtp=mtp)
+    if o_bias:
+        lay.add(f"blk.{b}.attn_output.bias", h, mtp=mtp)
+    if qk_norm:
+        lay.add(f"blk.{b}.attn_q_norm.weight", hd, mtp=mtp)
+        lay.add(f"blk.{b}.attn_k_norm.weight", hd, mtp=mtp)
+
+
+def _ffn(lay: Layout, b: int, h: int, inner: int, *, gated: bool = True, bias: bool = False, fused_up: bool = False,
+         mtp: bool = False) -> None:
+    """A dense FFN: ffn_gate, ffn_up ([hidden, 2 x inner] when gate and up are fused), ffn_down."""
+    parts = [("ffn_up", h, 2 * inner)] if fused_up else ([("ffn_gate", h, inner)] if gated else []) + [
+        ("ffn_up", h, inner)]
+    for name, i, o in [*parts, ("ffn_down", inner, h)]:
+        lay.add(f"blk.{b}.{name}.weight", i, o, mtp=mtp)
+        if bias:
+            lay.add(f"blk.{b}.{name}.bias", o, mtp=mtp)
+
+
+def _moe(lay: Layout, b: int, h: int, inner: int, experts: int, *, shared_inner: int = 0, shared_gate: bool = False,
+         probs_bias: bool = False, router_bias: bool = False, expert_bias: bool = False, native: str = "",
+         mtp: bool = False) -> None:
+    """Router (ffn_gate_inp, its bias, the selection bias exp_probs_b), the routed experts (gate, up, down, their
+    biases) and the shared experts (ffn_*_shexp, with a gate ffn_gate_inp_shexp)."""
+    lay.add(f"blk.{b}.ffn_gate_inp.weight", h, experts, mtp=mtp)
+    if router_bias:
+        lay.add(f"blk.{b}.ffn_gate_inp.bias", experts, mtp=mtp)
+    if probs_bias:
+        lay.add(f"blk.{b}.exp_probs_b.bias", experts, mtp=mtp)
+    for name, i, o in (("ffn_gate_exps", h, inner), ("ffn_up_exps", h, inner), ("ffn_down_exps", inner, h)):
+        lay.add(f"blk.{b}.{name}.weight", i, o, experts, native=native, mtp=mtp)
+        if expert_bias:
+            lay.add(f"blk.{b}.{name}.bias", o, experts, mtp=mtp)
+    if shared_inner:
+        for name, i, o in (("ffn_gate_shexp", h, shared_inner), ("ffn_up_shexp", h, shared_inner),
+                           ("ffn_down_shexp", shared_inner, h)):
+            lay.add(f"blk.{b}.{name}.weight", i, o, mtp=mtp)
+        if shared_gate:
+            lay.add(f"blk.{b}.ffn_gate_inp_shexp.weight", h, mtp=mtp)
+
+
+def _nextn(lay: Layout, b: int, h: int) -> None:
+    """The MTP block's own tensors beside its decoder layer: eh_proj and its norms."""
+    lay.add(f"blk.{b}.nextn.eh_proj.weight", 2 * h, h, mtp=True)
+    for n in ("enorm", "hnorm", "shared_head_norm"):
+        lay.add(f"blk.{b}.nextn.{n}.weight", h, mtp=True)
+
+
+def _gqa_dims(lay: Layout, heads: int, kv: int, hd: int, vd: int, vb: float) -> None:
+    lay.heads, lay.kv_heads, lay.head_dim, lay.value_dim = heads, kv, hd, vd
+    lay.kv_per_layer = gqa_kv_bytes(1, kv, hd, vd, vb)
+    lay.kv_per_layer_f16 = gqa_kv_bytes(1, kv, hd, vd, 2.0)
+    lay.n_gqa = heads // kv if kv else 0
+
+
+def _basics(cfg: Config) -> tuple[int, int, int, int, int, int]:
+    h, layers = cfg.int("hidden_size"), cfg.int("num_hidden_layers")
+    heads = cfg.int("num_attention_heads")
+    kv = cfg.int("num_key_value_heads", heads)
+    hd = cfg.int("head_dim", h // heads)
+    return h, layers, heads, kv, hd, cfg.int("vocab_size")
+
+
+# --- architectures -------------------------------------------------------------------------------------------------
+
+def llama(cfg: Config, kind: str, vb: float) -> Layout:
+    """Llama, Mistral (and the text model of Mistral3), Mixtral, Granite-MoE, Llama-type derivatives: attention,
+    then a SwiGLU FFN or (``num_local_experts``) routed experts. Mistral's ``sliding_window``: every layer slides."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    arch = {"mixtral": "llama", "mistral": "llama", "granitemoe": "granitemoe"}.get(kind, "llama")
+    lay = Layout(arch)
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    bias = cfg.flag("attention_bias", False)
+    experts = cfg.int("num_local_experts", 0, minimum=0)
+    inner = cfg.int("intermediate_size")
+    shared = cfg.int("shared_intermediate_size", 0, minimum=0)
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h)
+        _gqa(lay, b, h, heads, kv, hd, qkv_bias=bias, o_bias=bias)
+        _norm(lay, b, "ffn_norm", h)
+        if experts:
+            _moe(lay, b, h, inner, experts, shared_inner=shared)
+        else:
+            _ffn(lay, b, h, inner, bias=cfg.flag("mlp_bias", False))
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    lay.experts, lay.top_k = experts, cfg.int("num_experts_per_tok", 0, minimum=0) if experts else 0
+    lay.kinds = ["full"] * layers
+    if kind in ("mistral", "mixtral") and cfg.has("sliding_window"):
+        lay.kinds, lay.sliding_window = ["sliding"] * layers, cfg.int("sliding_window")
+    lay.type_70b = layers == 80 and heads != kv
+    return lay
+
+
+def qwen2(cfg: Config, kind: str, vb: float) -> Layout:
+    """Qwen2 (biased q/k/v) and Qwen3 (per-head q/k norms) dense models."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    lay = Layout(kind)
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    bias = cfg.flag("attention_bias", False)
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h)
+        _gqa(lay, b, h, heads, kv, hd, qkv_bias=kind == "qwen2" or bias, o_bias=bias and kind != "qwen2",
+             qk_norm=kind == "qwen3")
+        _norm(lay, b, "ffn_norm", h)
+        _ffn(lay, b, h, cfg.int("intermediate_size"))
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    lay.kinds = ["full"] * layers
+    lay.type_70b = kind == "qwen2" and layers == 80
+    if cfg.flag("use_sliding_window", False):
+        lay.notes.append("use_sliding_window: the KV cache counted per token for every layer (the window and "
+                         "max_window_layers not modelled)")
+    return lay
+
+
+def qwen_moe(cfg: Config, kind: str, vb: float) -> Layout:
+    """Qwen2-MoE, Qwen3-MoE: MoE blocks by decoder_sparse_step and mlp_only_layers, Qwen2-MoE's gated shared
+    expert."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    lay = Layout({"qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe"}[kind])
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    step, dense_only = cfg.int("decoder_sparse_step", 1), set(cfg.ints("mlp_only_layers"))
+    experts, inner = cfg.int("num_experts"), cfg.int("moe_intermediate_size")
+    shared = cfg.int("shared_expert_intermediate_size", 0, minimum=0) if kind == "qwen2_moe" else 0
+    bias = cfg.flag("attention_bias", False)
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h)
+        if kind == "qwen2_moe":
+            _gqa(lay, b, h, heads, kv, hd, qkv_bias=cfg.flag("qkv_bias", True))
+        else:
+            _gqa(lay, b, h, heads, kv, hd, qkv_bias=bias, o_bias=bias, qk_norm=True)
+        _norm(lay, b, "ffn_norm", h)
+        if b not in dense_only and (b + 1) % step == 0:
+            _moe(lay, b, h, inner, experts, shared_inner=shared, shared_gate=bool(shared))
+        else:
+            _ffn(lay, b, h, cfg.int("intermediate_size"))
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    lay.experts, lay.top_k, lay.shared = experts, cfg.int("num_experts_per_tok"), 1 if shared else 0
+    lay.kinds = ["full"] * layers
+    return lay
+
+
+def qwen_hybrid(cfg: Config, kind: str, vb: float) -> Layout:
+    """Qwen3-Next, Qwen3.5 and Qwen3.6 (dense ``qwen3_5`` and MoE ``qwen3_5_moe``): Gated DeltaNet layers between
+    gated full-attention ones (``layer_types``, else every ``full_attention_interval``-th full). A linear layer:
+    attn_qkv (q, k, v projections), attn_gate (z), ssm_conv1d, ssm_dt, ssm_a, ssm_beta/ssm_alpha (Qwen3-Next:
+    one ssm_ba), ssm_norm, ssm_out. Qwen3.5's ``mtp_num_hidden_layers`` MTP blocks: a full-attention layer and its
+    FFN, plus eh_proj."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    arch = {"qwen3_next": "qwen3next", "qwen3_5": "qwen35", "qwen3_5_moe": "qwen35moe"}[kind]
+    lay = Layout(arch)
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    interval = cfg.int("full_attention_interval", 4)
+    types = cfg.layer_types("layer_types", layers, ("linear_attention", "full_attention"))
+    types = types or ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+    kh, vh = cfg.int("linear_num_key_heads"), cfg.int("linear_num_value_heads")
+    kd, vd = cfg.int("linear_key_head_dim"), cfg.int("linear_value_head_dim")
+    kernel = cfg.int("linear_conv_kernel_dim")
+    key, value = kh * kd, vh * vd
+    moe = kind != "qwen3_5"
+    experts = cfg.int("num_experts") if moe else 0
+    inner = cfg.int("moe_intermediate_size") if moe else cfg.int("intermediate_size")
+    shared = cfg.int("shared_expert_intermediate_size", 0, minimum=0) if moe else 0
+    bias = cfg.flag("attention_bias", False)
+
+    def block(b: int, linear: bool, mtp: bool = False) -> None:
+        _norm(lay, b, "attn_norm", h, mtp=mtp)
+        if linear:
+            lay.add(f"blk.{b}.attn_qkv.weight", h, 2 * key + value)
+            lay.add(f"blk.{b}.attn_gate.weight", h, value)
+            lay.add(f"blk.{b}.ssm_conv1d.weight", kernel, 2 * key + value)
+            lay.add(f"blk.{b}.ssm_dt.bias", vh)
+            lay.add(f"blk.{b}.ssm_a", vh)
+            if arch == "qwen3next":
+                lay.add(f"blk.{b}.ssm_ba.weight", h, 2 * vh)
+            else:
+                lay.add(f"blk.{b}.ssm_beta.weight", h, vh)
+                lay.add(f"blk.{b}.ssm_alpha.weight", h, vh)
+            lay.add(f"blk.{b}.ssm_norm.weight", vd)
+            lay.add(f"blk.{b}.ssm_out.weight", value, h)
+        else:
+            _gqa(lay, b, h, heads, kv, hd, q_gate=True, qkv_bias=bias, o_bias=bias, qk_norm=True, mtp=mtp)
+        _norm(lay, b, "post_attention_norm", h, mtp=mtp)
+        if moe:
+            _moe(lay, b, h, inner, experts, shared_inner=shared, shared_gate=bool(shared), mtp=mtp)
+        else:
+            _ffn(lay, b, h, inner, mtp=mtp)
+
+    for b, t in enumerate(types):
+        block(b, t == "linear_attention")
+    for b in range(layers, layers + (cfg.int("mtp_num_hidden_layers", 0, minimum=0) if kind != "qwen3_next" else 0)):
+        block(b, False, mtp=True)
+        _nextn(lay, b, h)
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    lay.kinds = ["linear" if t == "linear_attention" else "full" for t in types]
+    lay.experts, lay.top_k, lay.shared = experts, cfg.int("num_experts_per_tok") if moe else 0, 1 if shared else 0
+    lay.dims = {"linear_key_heads": kh, "linear_value_heads": vh, "linear_key_head_dim": kd,
+                "linear_value_head_dim": vd, "linear_conv_kernel": kernel,
+                "recurrent_state_bytes": delta_net_state_bytes(kh, vh, kd, vd, kernel)}
+    return lay
+
+
+def mixtral(cfg: Config, kind: str, vb: float) -> Layout:
+    return llama(cfg, "mixtral", vb)
+
+
+def deepseek(cfg: Config, kind: str, vb: float) -> Layout:
+    """DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash (glm4_moe_lite): multi-head latent attention (attn_q or
+    attn_q_a/attn_q_b, attn_kv_a_mqa, attn_k_b and attn_v_b: llama.cpp's split of kv_b, 3-D per head), the first
+    ``first_k_dense_replace`` blocks dense, then routed experts every ``moe_layer_freq``-th block with
+    ``n_shared_experts`` shared ones and (noaux_tc) a selection bias. The converter leaves DeepSeek's MTP layers
+    out."""
+    h, layers, heads, _, _, vocab = _basics(cfg)
+    lay = Layout("deepseek2")
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    q_lora = cfg.int("q_lora_rank", 0, minimum=0)
+    kv_lora, nope, rope, v_dim = (cfg.int("kv_lora_rank"), cfg.int("qk_nope_head_dim"), cfg.int("qk_rope_head_dim"),
+                                  cfg.int("v_head_dim"))
+    experts, first = cfg.int("n_routed_experts"), cfg.int("first_k_dense_replace", 0, minimum=0)
+    freq, inner = cfg.int("moe_layer_freq", 1), cfg.int("moe_intermediate_size")
+    shared = cfg.int("n_shared_experts", 0, minimum=0)
+    probs = cfg.raw.get("topk_method") == "noaux_tc" or kind == "glm4_moe_lite"
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h)
+        if q_lora:
+            _norm(lay, b, "attn_q_a_norm", q_lora)
+            lay.add(f"blk.{b}.attn_q_a.weight", h, q_lora)
+            lay.add(f"blk.{b}.attn_q_b.weight", q_lora, heads * (nope + rope))
+        else:
+            lay.add(f"blk.{b}.attn_q.weight", h, heads * (nope + rope))
+        _norm(lay, b, "attn_kv_a_norm", kv_lora)
+        lay.add(f"blk.{b}.attn_kv_a_mqa.weight", h, kv_lora + rope)
+        lay.add(f"blk.{b}.attn_k_b.weight", nope, kv_lora, heads)
+        lay.add(f"blk.{b}.attn_v_b.weight", kv_lora, v_dim, heads)
+        lay.add(f"blk.{b}.attn_output.weight", heads * v_dim, h)
+        _norm(lay, b, "ffn_norm", h)
+        if b >= first and b % freq == 0:
+            _moe(lay, b, h, inner, experts, shared_inner=inner * shared, probs_bias=probs)
+        else:
+            _ffn(lay, b, h, cfg.int("intermediate_size"))
+    lay.heads, lay.kv_heads, lay.head_dim, lay.value_dim = heads, heads, nope + rope, v_dim
+    lay.kv_per_layer = mla_kv_bytes(1, kv_lora, rope, vb)
+    lay.kv_per_layer_f16 = mla_kv_bytes(1, kv_lora, rope, 2.0)
+    lay.n_gqa = heads  # llama.cpp converts MLA to MQA: one KV head
+    lay.kinds = ["mla"] * layers
+    lay.experts, lay.top_k, lay.shared = experts, cfg.int("num_experts_per_tok"), shared
+    lay.dims = {"kv_lora_rank": kv_lora, "q_lora_rank": q_lora, "qk_rope_head_dim": rope, "qk_nope_head_dim": nope,
+                "v_head_dim": v_dim}
+    if cfg.int("num_nextn_predict_layers", 0, minimum=0):
+        lay.notes.append(f"{cfg.int('num_nextn_predict_layers', 0, minimum=0)} multi-token-prediction layer(s) not "
+                         "counted (llama.cpp's converter leaves them out)")
+    return lay
+
+
+def glm4_moe(cfg: Config, kind: str, vb: float) -> Layout:
+    """GLM-4.5/4.6 (Glm4MoeForCausalLM): biased q/k/v, optional q/k norms, post-attention norm, DeepSeek-style
+    routed and shared experts after ``first_k_dense_replace`` dense blocks; its ``num_nextn_predict_layers`` MTP
+    blocks are written to the GGUF."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    lay = Layout("glm4moe")
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    experts, first = cfg.int("n_routed_experts"), cfg.int("first_k_dense_replace", 0, minimum=0)
+    inner, shared = cfg.int("moe_intermediate_size"), cfg.int("n_shared_experts", 0, minimum=0)
+    nextn = cfg.int("num_nextn_predict_layers", 0, minimum=0)
+    for b in range(layers + nextn):
+        mtp = b >= layers
+        _norm(lay, b, "attn_norm", h, mtp=mtp)
+        _gqa(lay, b, h, heads, kv, hd, qkv_bias=cfg.flag("attention_bias", False),
+             qk_norm=cfg.flag("use_qk_norm", False), mtp=mtp)
+        _norm(lay, b, "post_attention_norm", h, mtp=mtp)
+        if b >= first:
+            _moe(lay, b, h, inner, experts, shared_inner=inner * shared, probs_bias=True, mtp=mtp)
+        else:
+            _ffn(lay, b, h, cfg.int("intermediate_size"), mtp=mtp)
+        if mtp:
+            _nextn(lay, b, h)
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    lay.kinds = ["full"] * layers
+    lay.experts, lay.top_k, lay.shared = experts, cfg.int("num_experts_per_tok"), shared
+    return lay
+
+
+def gpt_oss(cfg: Config, kind: str, vb: float) -> Layout:
+    """gpt-oss: biased attention with per-head sinks, alternating sliding and full attention, biased experts stored
+    by the checkpoint in MXFP4 (the converter keeps them), a biased router."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    lay = Layout("gpt-oss")
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    experts, inner = cfg.int("num_local_experts"), cfg.int("intermediate_size")
+    types = cfg.layer_types("layer_types", layers, ("sliding_attention", "full_attention"))
+    types = types or ["full_attention" if (i + 1) % 2 == 0 else "sliding_attention" for i in range(layers)]
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h)
+        _gqa(lay, b, h, heads, kv, hd, qkv_bias=True, o_bias=True)
+        lay.add(f"blk.{b}.attn_sinks.weight", heads)
+        _norm(lay, b, "post_attention_norm", h)
+        _moe(lay, b, h, inner, experts, router_bias=True, expert_bias=True, native="MXFP4")
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    lay.kinds = ["full" if t == "full_attention" else "sliding" for t in types]
+    lay.sliding_window = cfg.int("sliding_window", 0, minimum=0)
+    lay.experts = experts
+    lay.top_k = cfg.int("experts_per_token", cfg.int("num_experts_per_tok", 0, minimum=0) or None)
+    return lay
+
+
+def gemma3(cfg: Config, kind: str, vb: float) -> Layout:
+    """Gemma 3 (its text model): q/k norms, norms before and after attention and FFN, GELU-gated FFN, the output
+    head tied to the embeddings; five sliding-window layers to one global (``sliding_window_pattern``, or
+    ``layer_types``)."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    lay = Layout("gemma3")
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", True))
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h)
+        _gqa(lay, b, h, heads, kv, hd, qk_norm=True)
+        _norm(lay, b, "post_attention_norm", h)
+        _norm(lay, b, "ffn_norm", h)
+        _ffn(lay, b, h, cfg.int("intermediate_size"))
+        _norm(lay, b, "post_ffw_norm", h)
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    types = cfg.layer_types("layer_types", layers, ("sliding_attention", "full_attention"))
+    pattern = cfg.int("sliding_window_pattern", 6)
+    types = types or ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)]
+    lay.kinds = ["full" if t == "full_attention" else "sliding" for t in types]
+    lay.sliding_window = cfg.int("sliding_window", 0, minimum=0)
+    return lay
+
+
+def glm4(cfg: Config, kind: str, vb: float) -> Layout:
+    """GLM-4-0414 / GLM-Z1 (Glm4ForCausalLM): biased q/k/v, norms after attention and after the FFN, gate and up
+    fused in one ffn_up of twice the width."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    lay = Layout("glm4")
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h)
+        _gqa(lay, b, h, heads, kv, hd, qkv_bias=cfg.flag("attention_bias", True))
+        _norm(lay, b, "post_attention_norm", h)
+        _norm(lay, b, "ffn_norm", h)
+        _ffn(lay, b, h, cfg.int("intermediate_size"), fused_up=True)
+        _norm(lay, b, "post_ffw_norm", h)
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    lay.kinds = ["full"] * layers
+    return lay
+
+
+def phi2(cfg: Config, kind: str, vb: float) -> Layout:
+    """Phi-2 (PhiForCausalLM): LayerNorms with biases, attention and a GELU FFN in parallel from one norm, biases
+    everywhere, a biased output head."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    lay = Layout("phi2")
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False), bias=True, norm_bias=True)
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h, bias=True)
+        _gqa(lay, b, h, heads, kv, hd, qkv_bias=True, o_bias=True)
+        _ffn(lay, b, h, cfg.int("intermediate_size"), gated=False, bias=True)
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    lay.kinds = ["full"] * layers
+    return lay
+
+
+def granitemoe(cfg: Config, kind: str, vb: float) -> Layout:
+    return llama(cfg, "granitemoe", vb)
+
+
+def hunyuan_moe(cfg: Config, kind: str, vb: float) -> Layout:
+    """Hunyuan-A13B (hunyuan_v1_moe): q/k norms, routed experts and a shared one (``moe_intermediate_size`` may be a
+    list per layer: its first value)."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    lay = Layout("hunyuan-moe")
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", True))
+    experts = _first_int(cfg, "num_experts")
+    inner = _first_int(cfg, "moe_intermediate_size")
+    shared = _first_int(cfg, "num_shared_expert", 1)
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h)
+        _gqa(lay, b, h, heads, kv, hd, qk_norm=cfg.flag("use_qk_norm", True))
+        _norm(lay, b, "ffn_norm", h)
+        _moe(lay, b, h, inner, experts, shared_inner=cfg.int("intermediate_size") * shared)
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    lay.kinds = ["full"] * layers
+    lay.experts, lay.top_k, lay.shared = experts, _first_int(cfg, "moe_topk"), shared
+    return lay
+
+
+def _first_int(cfg: Config, key: str, default: int | None = None) -> int:
+    value = cfg.raw.get(key)
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        if len(set(value)) > 1:
+            raise ScenarioError(cfg.path, cfg.key(key), f"different values per layer {value!r}: not read here")
+        return value[0]
+    return cfg.int(key, default)
+
+
+def llama4(cfg: Config, kind: str, vb: float) -> Layout:
+    """Llama 4 (its text model): routed experts with one shared expert every ``interleave_moe_layer_step``-th block,
+    dense FFNs of ``intermediate_size_mlp`` between; chunked local attention layers hold at most
+    ``attention_chunk_size`` tokens (counted as sliding)."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    lay = Layout("llama4")
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    experts, step = cfg.int("num_local_experts"), cfg.int("interleave_moe_layer_step", 1)
+    inner = cfg.int("intermediate_size")
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h)
+        _gqa(lay, b, h, heads, kv, hd)
+        _norm(lay, b, "ffn_norm", h)
+        if (b + 1) % step == 0:
+            _moe(lay, b, h, inner, experts, shared_inner=inner)
+        else:
+            _ffn(lay, b, h, cfg.int("intermediate_size_mlp"))
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    no_rope = cfg.ints("no_rope_layers")
+    chunk = cfg.int("attention_chunk_size", 0, minimum=0)
+    if no_rope and len(no_rope) == layers and chunk:  # 1: a RoPE layer with chunked (local) attention
+        lay.kinds = ["sliding" if r else "full" for r in no_rope]
+        lay.sliding_window = chunk
+    else:
+        lay.kinds = ["full"] * layers
+    lay.experts, lay.top_k, lay.shared = experts, cfg.int("num_experts_per_tok"), 1
+    return lay
+
+
+def dots1(cfg: Config, kind: str, vb: float) -> Layout:
+    """dots.llm1: q/k norms, ``first_k_dense_replace`` dense blocks, then routed experts with shared ones and a
+    selection bias."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    lay = Layout("dots1")
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    experts, first = cfg.int("n_routed_experts"), cfg.int("first_k_dense_replace", 0, minimum=0)
+    inner, shared = cfg.int("moe_intermediate_size"), cfg.int("n_shared_experts", 0, minimum=0)
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h)
+        _gqa(lay, b, h, heads, kv, hd, qk_norm=True)
+        _norm(lay, b, "ffn_norm", h)
+        if b >= first:
+            _moe(lay, b, h, inner, experts, shared_inner=inner * shared, probs_bias=True)
+        else:
+            _ffn(lay, b, h, cfg.int("intermediate_size"))
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    lay.kinds = ["full"] * layers
+    lay.experts, lay.top_k, lay.shared = experts, cfg.int("num_experts_per_tok"), shared
+    return lay
+
+
+def phi3(cfg: Config, kind: str, vb: float) -> Layout:
+    """Phi-3 / Phi-4 (Phi3ForCausalLM): q, k and v fused in attn_qkv, gate and up fused in ffn_up."""
+    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    lay = Layout("phi3")
+    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    for b in range(layers):
+        _norm(lay, b, "attn_norm", h)
+        lay.add(f"blk.{b}.attn_qkv.weight", h, heads * hd + 2 * kv * hd)
+        lay.add(f"blk.{b}.attn_output.weight", heads * hd, h)
+        _norm(lay, b, "ffn_norm", h)
+        _ffn(lay, b, h, cfg.int("intermediate_size"), fused_up=True)
+    _gqa_dims(lay, heads, kv, hd, hd, vb)
+    lay.kinds = ["full"] * layers
+    if cfg.has("sliding_window"):
+        lay.notes.append("sliding_window not modelled: the KV cache counted per token for every layer")
+    return lay
+
+
+# model_type -> (builder, transformers class, what the builder reads)
+BUILDERS: dict[str, tuple[Any, str]] = {
+    "llama": (llama, "LlamaForCausalLM"), "mistral": (llama, "MistralForCausalLM"),
+    "mixtral": (mixtral, "MixtralForCausalLM"), "granitemoe": (granitemoe, "GraniteMoeForCausalLM"),
+    "qwen2": (qwen2, "Qwen2ForCausalLM"), "qwen3": (qwen2, "Qwen3ForCausalLM"),
+    "qwen2_moe": (qwen_moe, "Qwen2MoeForCausalLM"), "qwen3_moe": (qwen_moe, "Qwen3MoeForCausalLM"),
+    "qwen3_next": (qwen_hybrid, "Qwen3NextForCausalLM"),
+    "qwen3_5": (qwen_hybrid, "Qwen3_5ForConditionalGeneration"),
+    "qwen3_5_moe": (qwen_hybrid, "Qwen3_5MoeForConditionalGeneration"),
+    "deepseek_v2": (deepseek, "DeepseekV2ForCausalLM"), "deepseek_v3": (deepseek, "DeepseekV3ForCausalLM"),
+    "kimi_k2": (deepseek, "DeepseekV3ForCausalLM"), "glm4_moe_lite": (deepseek, "Glm4MoeLiteForCausalLM"),
+    "glm4_moe": (glm4_moe, "Glm4MoeForCausalLM"), "glm4": (glm4, "Glm4ForCausalLM"),
+    "gpt_oss": (gpt_oss, "GptOssForCausalLM"), "gemma3": (gemma3, "Gemma3ForConditionalGeneration"),
+    "gemma3_text": (gemma3, "Gemma3ForCausalLM"), "phi": (phi2, "PhiForCausalLM"),
+    "phi3": (phi3, "Phi3ForCausalLM"), "hunyuan_v1_moe": (hunyuan_moe, "HunYuanMoEV1ForCausalLM"),
+    "llama4": (llama4, "Llama4ForConditionalGeneration"), "dots1": (dots1, "Dots1ForCausalLM"),
+}
+# a text model's own model_type -> the builder's key
+TEXT_TYPES = {"qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe", "gemma3_text": "gemma3",
+              "llama4_text": "llama4", "mistral": "mistral", "mistral3": "mistral"}
+# keys the reader needs to count an architecture it does not know (for the error message)
+NEEDED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+          "intermediate_size", "vocab_size", "tie_word_embeddings", "and, for experts, num_experts / "
+          "num_experts_per_tok / moe_intermediate_size")

@@ -71,8 +71,9 @@ def test_exact_geometry_of_the_examples():
     assert o.expert_params == 3 * 2880 * 2880 + 2 * 2880 + 2880  # gate_up and down, with their biases
     assert o.attention_layers == 12 and o.kv_bytes_per_token == 12 * 2 * 8 * 64 * 2  # sliding layers: a note
     experts = 24 * 32 * 3 * 2880 * 2880  # MXFP4 (4.25 bits), their biases BF16
-    assert o.bits_per_weight_experts == pytest.approx((experts * 4.25 + 24 * 32 * 3 * 2880 * 16)
-                                                      / (experts + 24 * 32 * 3 * 2880)) and o.bits_per_weight_dense == 16
+    biases = 24 * 32 * 3 * 2880
+    assert o.bits_per_weight_experts == pytest.approx((experts * 4.25 + biases * 16) / (experts + biases))
+    assert o.bits_per_weight_dense == 16
     # the published checkpoint (model.safetensors.index.json total_size): experts MXFP4, the rest BF16
     assert o.weights_bytes == pytest.approx(13_761_264_768, rel=0.005)
     m = read_hf_config(example("mixtral-8x7b.json"))

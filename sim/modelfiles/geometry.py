@@ -102,10 +102,11 @@ class ModelGeometry:
     notes: tuple[str, ...] = field(default=())  # approximations made, one sentence each
     # bytes by role, from the tensors (their sum with the expert tensors is weights_bytes)
     embedding_bytes: float = 0.0  # the input token embedding table (bytes)
-    output_bytes: float = 0.0  # the output head; when tied to the embeddings, llama.cpp's copy of them (bytes)
+    output_bytes: float = 0.0  # the output head (when tied to the embeddings, llama.cpp's copy of them) and the final
+    # norm (bytes)
     attention_bytes: float = 0.0  # attention mixers and block norms, all layers (bytes)
     ffn_bytes: float = 0.0  # dense FFNs, shared experts and routers, all layers (bytes)
-    output_norm_bytes: float = 0.0  # the final norm (bytes)
+    output_norm_bytes: float = 0.0  # the final norm, inside output_bytes (bytes)
     tensors: tuple[TensorSpec, ...] = ()  # every weight tensor, in llama.cpp's order (MTP blocks apart)
     mtp_tensors: tuple[TensorSpec, ...] = ()  # the multi-token-prediction blocks a file may carry (not counted)
     layer_kinds: tuple[str, ...] = ()  # per block: "full", "sliding", "linear" (Gated DeltaNet) or "mla"
@@ -165,7 +166,8 @@ def assemble(*, tensors: list[TensorSpec], architecture: str, source: str, quant
     per_expert = expert_elems / (moe_layers * experts) if moe_layers else 0.0
     by_role = {r: _sum((t for t in tensors if t.role == r), "bytes") for r in ROLES}
     embedding = [t for t in tensors if t.name == "token_embd.weight"]
-    output = by_role["output"] or by_role["embedding"]  # tied: llama.cpp copies the embedding for the output head
+    # tied: llama.cpp copies the embedding for the output head
+    output = (by_role["output"] or by_role["embedding"]) + by_role["output_norm"]
     all_notes = list(notes)
     if moe_layers and expert_elems % (moe_layers * experts):
         all_notes.append(f"expert tensors hold {expert_elems} parameters: not a whole number per expert of "

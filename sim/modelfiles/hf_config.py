@@ -21,7 +21,7 @@ from typing import Any
 
 from sim.core.errors import ScenarioError
 from sim.modelfiles.geometry import ModelGeometry, assemble, scaled, spec
-from sim.modelfiles.hf_layouts import BUILDERS, NEEDED, TEXT_TYPES, Config, Layout
+from sim.modelfiles.hf_layouts import BUILDERS, CLASS_DEFAULTS, NEEDED, TEXT_TYPES, Config, Layout
 from sim.modelfiles.llama_quant import Target, ik_note
 from sim.modelfiles.quant import Quant, checkpoint_quant, gguf_quant, kv_bytes, slot_types
 
@@ -137,12 +137,10 @@ def _text_config(path: str, top: dict[str, Any]) -> tuple[Config, str]:
     if isinstance(text, dict):
         merged = {**{k: v for k, v in top.items() if k != "text_config"}, **text}
         merged.setdefault("tie_word_embeddings", top.get("tie_word_embeddings"))
-        cfg = Config(path, merged, "text_config.")
-        kind = _model_type(cfg, top, text)
-    else:
-        cfg = Config(path, top)
-        kind = _model_type(cfg, top, None)
-    return cfg, kind
+        kind = _model_type(Config(path, merged, "text_config."), top, text)
+        return Config(path, merged, "text_config.", CLASS_DEFAULTS.get(kind)), kind
+    kind = _model_type(Config(path, top), top, None)
+    return Config(path, top, "", CLASS_DEFAULTS.get(kind)), kind
 
 
 def _model_type(cfg: Config, top: dict[str, Any], text: dict[str, Any] | None) -> str:

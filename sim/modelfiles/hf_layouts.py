@@ -24,9 +24,11 @@ class Config:
     """config.json's values (a multimodal model's ``text_config`` merged over the top level), each read with an
     error naming the file and the key when it is missing or wrong."""
 
-    def __init__(self, path: str, raw: dict[str, Any], prefix: str = ""):
+    def __init__(self, path: str, raw: dict[str, Any], prefix: str = "", defaults: dict[str, Any] | None = None):
         self.path, self.prefix = path, prefix
-        self.raw = {k: v for k, v in raw.items() if not (isinstance(k, str) and k.startswith("_"))}
+        given = {k: v for k, v in raw.items() if not (isinstance(k, str) and k.startswith("_"))}
+        # a config.json leaves out what its transformers class defaults: those defaults under the given values
+        self.raw = {**(defaults or {}), **{k: v for k, v in given.items() if v is not None or k not in (defaults or {})}}
 
     def key(self, key: str) -> str:
         return self.prefix + key
@@ -479,9 +481,19 @@ def glm4(cfg: Config, kind: str, vb: float) -> Layout:
     return lay
 
 
+_PHI_MSFT = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
+             "n_head_kv": "num_key_value_heads", "n_inner": "intermediate_size"}
+
+
 def phi2(cfg: Config, kind: str, vb: float) -> Layout:
     """Phi-2 (PhiForCausalLM): LayerNorms with biases, attention and a GELU FFN in parallel from one norm, biases
-    everywhere, a biased output head."""
+    everywhere, a biased output head. Also read in the 2023 ``phi-msft`` format of its config (n_embd, n_layer,
+    n_head, n_inner: 4 x n_embd when null)."""
+    if cfg.raw.get("model_type") == "phi-msft":
+        for old, new in _PHI_MSFT.items():
+            cfg.raw.setdefault(new, cfg.raw.get(old))
+        if cfg.raw.get("intermediate_size") is None:
+            cfg.raw["intermediate_size"] = 4 * cfg.int("n_embd")
     h, layers, heads, kv, hd, vocab = _basics(cfg)
     lay = Layout("phi2")
     _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False), bias=True, norm_bias=True)
@@ -595,6 +607,15 @@ def phi3(cfg: Config, kind: str, vb: float) -> Layout:
         lay.notes.append("sliding_window not modelled: the KV cache counted per token for every layer")
     return lay
 
+
+# The defaults of the transformers configuration classes for the keys their published config.json files leave out
+# (transformers 5.25.0, src/transformers/models/<model>/configuration_<model>.py, https://pypi.org/project/transformers/
+# 5.25.0/), by the builder key.
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3": {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True,
+               "sliding_window": 4096, "sliding_window_pattern": 6},
+}
 
 # model_type -> (builder, transformers class, what the builder reads)
 BUILDERS: dict[str, tuple[Any, str]] = {

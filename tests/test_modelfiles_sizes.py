@@ -63,8 +63,10 @@ def test_the_table_is_copied_from_the_public_tables_and_says_why_a_row_is_not_te
             assert any(r["table"] == name and r["row_id"] == row_id for r in ROWS), row_id
 
 
-@pytest.mark.parametrize("config, ftype, size", [("qwen3-30b-a3b", "Q4_K_M", 17.28), ("gpt-oss-20b", "MXFP4_MOE", 11.27),
-                                                 ("mixtral-8x22b", "Q6_K", 107.61)])
+EXAMPLES = [("qwen3-30b-a3b", "Q4_K_M", 17.28), ("gpt-oss-20b", "MXFP4_MOE", 11.27), ("mixtral-8x22b", "Q6_K", 107.61)]
+
+
+@pytest.mark.parametrize("config, ftype, size", EXAMPLES)
 def test_the_issue_s_examples(config, ftype, size):
     """Qwen3-30B-A3B at Q4_K_M read 15.99 GiB before llama.cpp's per-tensor rules; the file is 17.28."""
     assert gib(config, ftype) == pytest.approx(size, rel=0.002)

@@ -28,7 +28,8 @@ class Config:
         self.path, self.prefix = path, prefix
         given = {k: v for k, v in raw.items() if not (isinstance(k, str) and k.startswith("_"))}
         # a config.json leaves out what its transformers class defaults: those defaults under the given values
-        self.raw = {**(defaults or {}), **{k: v for k, v in given.items() if v is not None or k not in (defaults or {})}}
+        defaults = defaults or {}
+        self.raw = {**defaults, **{k: v for k, v in given.items() if v is not None or k not in defaults}}
 
     def key(self, key: str) -> str:
         return self.prefix + key

@@ -80,8 +80,11 @@ def _types(g) -> str:
 @main.command("model")
 @click.argument("file", type=click.Path(dir_okay=True))
 @click.option("--quant", default=None, metavar="Q",
-              help="Quantization of a config.json's weights: a GGUF type or scheme (Q4_K_M, Q8_0, IQ4_XS, MXFP4, BF16, "
-              "...). Default: the checkpoint's own (quantization_config, else torch_dtype).")
+              help="Quantization of a config.json's weights: a llama.cpp file type (Q4_K_M, Q8_0, IQ4_XS, MXFP4_MOE, "
+              "BF16, ...: each tensor's type by llama.cpp's rules; i1- in front: with an importance matrix), an "
+              "ik_llama.cpp type (IQ4_KS, ...), a GGUF type for every tensor (Q4_K), an Unsloth UD- mix (with "
+              "--weights-gib), or a "
+              "checkpoint format (MXFP4, FP8). Default: the checkpoint's own (quantization_config, else torch_dtype).")
 @click.option("--kv-type", default="f16", show_default=True, metavar="T",
               help="KV cache value type: f16, bf16, f32, q8_0, q4_0, fp8, ...")
 @click.option("--weights-gib", type=float, default=None, metavar="G",

@@ -347,7 +347,7 @@ def deepseek(cfg: Config, kind: str, vb: float) -> Layout:
     attn_q_a/attn_q_b, attn_kv_a_mqa, attn_k_b and attn_v_b: llama.cpp's split of kv_b, 3-D per head), the first
     ``first_k_dense_replace`` blocks dense, then routed experts every ``moe_layer_freq``-th block with
     ``n_shared_experts`` shared ones and (noaux_tc) a selection bias. The converter leaves DeepSeek's MTP layers
-    out."""
+    out (GLM-4.7-Flash's it writes: not listed here)."""
     h, layers, heads, _, _, vocab = _basics(cfg)
     lay = Layout("deepseek2")
     _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
@@ -512,8 +512,8 @@ def granitemoe(cfg: Config, kind: str, vb: float) -> Layout:
 
 
 def hunyuan_moe(cfg: Config, kind: str, vb: float) -> Layout:
-    """Hunyuan-A13B (hunyuan_v1_moe): q/k norms, routed experts and a shared one (``moe_intermediate_size`` may be a
-    list per layer: its first value)."""
+    """Hunyuan-A13B (hunyuan_v1_moe): q/k norms, routed experts and a shared expert of ``intermediate_size``
+    (``moe_intermediate_size``, ``moe_topk``, ``num_shared_expert`` may be lists per layer of one value)."""
     h, layers, heads, kv, hd, vocab = _basics(cfg)
     lay = Layout("hunyuan-moe")
     _head(lay, vocab, h, cfg.flag("tie_word_embeddings", True))
@@ -524,7 +524,7 @@ def hunyuan_moe(cfg: Config, kind: str, vb: float) -> Layout:
         _norm(lay, b, "attn_norm", h)
         _gqa(lay, b, h, heads, kv, hd, qk_norm=cfg.flag("use_qk_norm", True))
         _norm(lay, b, "ffn_norm", h)
-        _moe(lay, b, h, inner, experts, shared_inner=cfg.int("intermediate_size") * shared)
+        _moe(lay, b, h, inner, experts, shared_inner=cfg.int("intermediate_size"))  # the converter's n_ff_shexp
     _gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.kinds = ["full"] * layers
     lay.experts, lay.top_k, lay.shared = experts, _first_int(cfg, "moe_topk"), shared

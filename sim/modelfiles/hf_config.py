@@ -21,7 +21,8 @@ from typing import Any
 
 from sim.core.errors import ScenarioError
 from sim.modelfiles.geometry import ModelGeometry, assemble, scaled, spec
-from sim.modelfiles.hf_layouts import BUILDERS, CLASS_DEFAULTS, NEEDED, TEXT_TYPES, Config, Layout
+from sim.modelfiles.hf_blocks import Config, Layout
+from sim.modelfiles.hf_layouts import BUILDERS, CLASS_DEFAULTS, NEEDED, TEXT_TYPES
 from sim.modelfiles.llama_quant import Target, ik_note
 from sim.modelfiles.quant import Quant, checkpoint_quant, gguf_quant, kv_bytes, slot_types
 

@@ -1,227 +1,39 @@
-"""The GGUF tensors of a model from its config.json: for each architecture the tensors llama.cpp's converter
-(``convert_hf_to_gguf.py``) writes and its loader (``src/models/<arch>.cpp``, ``create_tensor``) reads, by GGUF name
-and shape (``ne[0]`` first: a 2-D weight is ``[inputs, outputs]``, a 3-D expert tensor ``[inputs, outputs,
-experts]``). Read from ggml-org/llama.cpp at 0c1e57098bba43ac29e6e3b677cdceebdd22334f (the copy vendored in
-llama-cpp-python 0.3.36).
-
-Not listed: rotary frequency tables (``rope_freqs``, a few hundred bytes) and vision towers (a multimodal model's
-text model only: its ``mmproj`` is a separate file). Each builder documents its architecture's departures.
+"""The GGUF tensors of a model from its config.json, one builder per architecture: the tensors llama.cpp's
+converter (``convert_hf_to_gguf.py``) writes and its loader (``src/models/<arch>.cpp``, ``create_tensor``) reads, by
+GGUF name and shape (``ne[0]`` first), read from ggml-org/llama.cpp at 0c1e57098bba43ac29e6e3b677cdceebdd22334f (the
+copy vendored in llama-cpp-python 0.3.36). Each builder documents its architecture's departures.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.errors import ScenarioError
-from sim.modelfiles.geometry import delta_net_state_bytes, gqa_kv_bytes, mla_kv_bytes
-from sim.modelfiles.llama_quant import Slot
-
-MAX_DIM = 2**31  # a width, count or vocabulary above this is a mistake
-
-
-class Config:
-    """config.json's values (a multimodal model's ``text_config`` merged over the top level), each read with an
-    error naming the file and the key when it is missing or wrong."""
-
-    def __init__(self, path: str, raw: dict[str, Any], prefix: str = "", defaults: dict[str, Any] | None = None):
-        self.path, self.prefix = path, prefix
-        given = {k: v for k, v in raw.items() if not (isinstance(k, str) and k.startswith("_"))}
-        # a config.json leaves out what its transformers class defaults: those defaults under the given values
-        defaults = defaults or {}
-        self.raw = {**defaults, **{k: v for k, v in given.items() if v is not None or k not in defaults}}
-
-    def key(self, key: str) -> str:
-        return self.prefix + key
-
-    def has(self, key: str) -> bool:
-        return self.raw.get(key) is not None
-
-    def int(self, key: str, default: int | None = None, minimum: int = 1) -> int:
-        """A whole number >= ``minimum``; ``default`` when absent or null (required when ``default`` is None)."""
-        value = self.raw.get(key)
-        if value is None:
-            if default is None:
-                raise ScenarioError(self.path, self.key(key), f"missing: expected a whole number >= {minimum}")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_DIM:
-            raise ScenarioError(self.path, self.key(key), f"expected a whole number from {minimum} to {MAX_DIM}, "
-                                f"got {value!r}")
-        return value
-
-    def number(self, key: str, default: float) -> float:
-        value = self.raw.get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ScenarioError(self.path, self.key(key), f"expected a number, got {value!r}")
-        return float(value)
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.raw.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise ScenarioError(self.path, self.key(key), f"expected true or false, got {value!r}")
-        return value
-
-    def ints(self, key: str) -> list[int]:
-        value = self.raw.get(key) or []
-        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ScenarioError(self.path, self.key(key), f"expected a list of layer numbers, got {value!r}")
-        return value
-
-    def layer_types(self, key: str, layers: int, allowed: tuple[str, ...]) -> list[str] | None:
-        value = self.raw.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list) or len(value) != layers or not all(v in allowed for v in value):
-            raise ScenarioError(self.path, self.key(key), f"expected a list of {layers} layer types, each one of "
-                                f"{', '.join(allowed)}")
-        return value
-
-
-@dataclass
-class Layout:
-    """One model's GGUF tensors and what the geometry needs beside them."""
-
-    gguf_arch: str  # llama.cpp's architecture name (general.architecture)
-    slots: list[Slot] = field(default_factory=list)
-    mtp: list[Slot] = field(default_factory=list)  # multi-token-prediction blocks the converter writes
-    kinds: list[str] = field(default_factory=list)  # per block: full, sliding, linear, mla
-    experts: int = 0
-    top_k: int = 0
-    shared: int = 0  # shared experts per MoE block
-    heads: int = 0
-    kv_heads: int = 0
-    head_dim: int = 0  # key head width
-    value_dim: int = 0  # value head width
-    kv_per_layer: float = 0.0  # K and V of one token in one full or MLA layer (bytes, at the KV type)
-    kv_per_layer_f16: float = 0.0
-    sliding_window: int = 0
-    n_gqa: int = 0  # llama.cpp's n_gqa() of layer 0
-    type_70b: bool = False
-    dims: dict[str, Any] = field(default_factory=dict)  # MLA and linear-attention fields of ModelGeometry
-    notes: list[str] = field(default_factory=list)
-
-    def add(self, name: str, *shape: int, native: str = "", mtp: bool = False) -> None:
-        (self.mtp if mtp else self.slots).append(Slot(name, tuple(shape), native))
-
-
-# --- building blocks -----------------------------------------------------------------------------------------------
-
-def _head(lay: Layout, vocab: int, h: int, tied: bool, *, bias: bool = False, norm_bias: bool = False) -> None:
-    """token_embd, output_norm and output (absent when tied to token_embd)."""
-    lay.add("token_embd.weight", h, vocab)
-    lay.add("output_norm.weight", h)
-    if norm_bias:
-        lay.add("output_norm.bias", h)
-    if not tied:
-        lay.add("output.weight", h, vocab)
-        if bias:
-            lay.add("output.bias", vocab)
-
-
-def _norm(lay: Layout, b: int, name: str, n: int, *, bias: bool = False, mtp: bool = False) -> None:
-    lay.add(f"blk.{b}.{name}.weight", n, mtp=mtp)
-    if bias:
-        lay.add(f"blk.{b}.{name}.bias", n, mtp=mtp)
-
-
-def _gqa(lay: Layout, b: int, h: int, heads: int, kv: int, hd: int, vd: int | None = None, *, q_gate: bool = False,
-         qkv_bias: bool = False, o_bias: bool = False, qk_norm: bool = False, mtp: bool = False) -> None:
-    """attn_q/k/v/output (a gated query doubles attn_q), their biases, per-head q/k norms."""
-    vd = vd or hd
-    q = heads * hd * (2 if q_gate else 1)
-    for name, out in (("attn_q", q), ("attn_k", kv * hd), ("attn_v", kv * vd)):
-        lay.add(f"blk.{b}.{name}.weight", h, out, mtp=mtp)
-        if qkv_bias:
-            lay.add(f"blk.{b}.{name}.bias", out, mtp=mtp)
-    lay.add(f"blk.{b}.attn_output.weight", heads * vd, h, mtp=mtp)
-    if o_bias:
-        lay.add(f"blk.{b}.attn_output.bias", h, mtp=mtp)
-    if qk_norm:
-        lay.add(f"blk.{b}.attn_q_norm.weight", hd, mtp=mtp)
-        lay.add(f"blk.{b}.attn_k_norm.weight", hd, mtp=mtp)
-
-
-def _ffn(lay: Layout, b: int, h: int, inner: int, *, gated: bool = True, bias: bool = False, fused_up: bool = False,
-         mtp: bool = False) -> None:
-    """A dense FFN: ffn_gate, ffn_up ([hidden, 2 x inner] when gate and up are fused), ffn_down."""
-    parts = [("ffn_up", h, 2 * inner)] if fused_up else ([("ffn_gate", h, inner)] if gated else []) + [
-        ("ffn_up", h, inner)]
-    for name, i, o in [*parts, ("ffn_down", inner, h)]:
-        lay.add(f"blk.{b}.{name}.weight", i, o, mtp=mtp)
-        if bias:
-            lay.add(f"blk.{b}.{name}.bias", o, mtp=mtp)
-
-
-def _moe(lay: Layout, b: int, h: int, inner: int, experts: int, *, shared_inner: int = 0, shared_gate: bool = False,
-         probs_bias: bool = False, router_bias: bool = False, expert_bias: bool = False, native: str = "",
-         mtp: bool = False) -> None:
-    """Router (ffn_gate_inp, its bias, the selection bias exp_probs_b), the routed experts (gate, up, down, their
-    biases) and the shared experts (ffn_*_shexp, with a gate ffn_gate_inp_shexp)."""
-    lay.add(f"blk.{b}.ffn_gate_inp.weight", h, experts, mtp=mtp)
-    if router_bias:
-        lay.add(f"blk.{b}.ffn_gate_inp.bias", experts, mtp=mtp)
-    if probs_bias:
-        lay.add(f"blk.{b}.exp_probs_b.bias", experts, mtp=mtp)
-    for name, i, o in (("ffn_gate_exps", h, inner), ("ffn_up_exps", h, inner), ("ffn_down_exps", inner, h)):
-        lay.add(f"blk.{b}.{name}.weight", i, o, experts, native=native, mtp=mtp)
-        if expert_bias:
-            lay.add(f"blk.{b}.{name}.bias", o, experts, mtp=mtp)
-    if shared_inner:
-        for name, i, o in (("ffn_gate_shexp", h, shared_inner), ("ffn_up_shexp", h, shared_inner),
-                           ("ffn_down_shexp", shared_inner, h)):
-            lay.add(f"blk.{b}.{name}.weight", i, o, mtp=mtp)
-        if shared_gate:
-            lay.add(f"blk.{b}.ffn_gate_inp_shexp.weight", h, mtp=mtp)
-
-
-def _nextn(lay: Layout, b: int, h: int) -> None:
-    """The MTP block's own tensors beside its decoder layer: eh_proj and its norms."""
-    lay.add(f"blk.{b}.nextn.eh_proj.weight", 2 * h, h, mtp=True)
-    for n in ("enorm", "hnorm", "shared_head_norm"):
-        lay.add(f"blk.{b}.nextn.{n}.weight", h, mtp=True)
-
-
-def _gqa_dims(lay: Layout, heads: int, kv: int, hd: int, vd: int, vb: float) -> None:
-    lay.heads, lay.kv_heads, lay.head_dim, lay.value_dim = heads, kv, hd, vd
-    lay.kv_per_layer = gqa_kv_bytes(1, kv, hd, vd, vb)
-    lay.kv_per_layer_f16 = gqa_kv_bytes(1, kv, hd, vd, 2.0)
-    lay.n_gqa = heads // kv if kv else 0
-
-
-def _basics(cfg: Config) -> tuple[int, int, int, int, int, int]:
-    h, layers = cfg.int("hidden_size"), cfg.int("num_hidden_layers")
-    heads = cfg.int("num_attention_heads")
-    kv = cfg.int("num_key_value_heads", heads)
-    hd = cfg.int("head_dim", h // heads)
-    return h, layers, heads, kv, hd, cfg.int("vocab_size")
-
+from sim.modelfiles.geometry import delta_net_state_bytes, mla_kv_bytes
+from sim.modelfiles.hf_blocks import Config, Layout, basics, ffn, gqa, gqa_dims, head, moe, nextn, norm
 
 # --- architectures -------------------------------------------------------------------------------------------------
 
 def llama(cfg: Config, kind: str, vb: float) -> Layout:
     """Llama, Mistral (and the text model of Mistral3), Mixtral, Granite-MoE, Llama-type derivatives: attention,
     then a SwiGLU FFN or (``num_local_experts``) routed experts. Mistral's ``sliding_window``: every layer slides."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     arch = {"mixtral": "llama", "mistral": "llama", "granitemoe": "granitemoe"}.get(kind, "llama")
     lay = Layout(arch)
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
     bias = cfg.flag("attention_bias", False)
     experts = cfg.int("num_local_experts", 0, minimum=0)
     inner = cfg.int("intermediate_size")
     shared = cfg.int("shared_intermediate_size", 0, minimum=0)
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h)
-        _gqa(lay, b, h, heads, kv, hd, qkv_bias=bias, o_bias=bias)
-        _norm(lay, b, "ffn_norm", h)
+        norm(lay, b, "attn_norm", h)
+        gqa(lay, b, h, heads, kv, hd, qkv_bias=bias, o_bias=bias)
+        norm(lay, b, "ffn_norm", h)
         if experts:
-            _moe(lay, b, h, inner, experts, shared_inner=shared)
+            moe(lay, b, h, inner, experts, shared_inner=shared)
         else:
-            _ffn(lay, b, h, inner, bias=cfg.flag("mlp_bias", False))
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+            ffn(lay, b, h, inner, bias=cfg.flag("mlp_bias", False))
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.experts, lay.top_k = experts, cfg.int("num_experts_per_tok", 0, minimum=0) if experts else 0
     lay.kinds = ["full"] * layers
     if kind in ("mistral", "mixtral") and cfg.has("sliding_window"):
@@ -232,17 +44,17 @@ def llama(cfg: Config, kind: str, vb: float) -> Layout:
 
 def qwen2(cfg: Config, kind: str, vb: float) -> Layout:
     """Qwen2 (biased q/k/v) and Qwen3 (per-head q/k norms) dense models."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     lay = Layout(kind)
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
     bias = cfg.flag("attention_bias", False)
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h)
-        _gqa(lay, b, h, heads, kv, hd, qkv_bias=kind == "qwen2" or bias, o_bias=bias and kind != "qwen2",
+        norm(lay, b, "attn_norm", h)
+        gqa(lay, b, h, heads, kv, hd, qkv_bias=kind == "qwen2" or bias, o_bias=bias and kind != "qwen2",
              qk_norm=kind == "qwen3")
-        _norm(lay, b, "ffn_norm", h)
-        _ffn(lay, b, h, cfg.int("intermediate_size"))
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+        norm(lay, b, "ffn_norm", h)
+        ffn(lay, b, h, cfg.int("intermediate_size"))
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.kinds = ["full"] * layers
     lay.type_70b = kind == "qwen2" and layers == 80
     if cfg.flag("use_sliding_window", False):
@@ -254,25 +66,25 @@ def qwen2(cfg: Config, kind: str, vb: float) -> Layout:
 def qwen_moe(cfg: Config, kind: str, vb: float) -> Layout:
     """Qwen2-MoE, Qwen3-MoE: MoE blocks by decoder_sparse_step and mlp_only_layers, Qwen2-MoE's gated shared
     expert."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     lay = Layout({"qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe"}[kind])
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
     step, dense_only = cfg.int("decoder_sparse_step", 1), set(cfg.ints("mlp_only_layers"))
     experts, inner = cfg.int("num_experts"), cfg.int("moe_intermediate_size")
     shared = cfg.int("shared_expert_intermediate_size", 0, minimum=0) if kind == "qwen2_moe" else 0
     bias = cfg.flag("attention_bias", False)
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h)
+        norm(lay, b, "attn_norm", h)
         if kind == "qwen2_moe":
-            _gqa(lay, b, h, heads, kv, hd, qkv_bias=cfg.flag("qkv_bias", True))
+            gqa(lay, b, h, heads, kv, hd, qkv_bias=cfg.flag("qkv_bias", True))
         else:
-            _gqa(lay, b, h, heads, kv, hd, qkv_bias=bias, o_bias=bias, qk_norm=True)
-        _norm(lay, b, "ffn_norm", h)
+            gqa(lay, b, h, heads, kv, hd, qkv_bias=bias, o_bias=bias, qk_norm=True)
+        norm(lay, b, "ffn_norm", h)
         if b not in dense_only and (b + 1) % step == 0:
-            _moe(lay, b, h, inner, experts, shared_inner=shared, shared_gate=bool(shared))
+            moe(lay, b, h, inner, experts, shared_inner=shared, shared_gate=bool(shared))
         else:
-            _ffn(lay, b, h, cfg.int("intermediate_size"))
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+            ffn(lay, b, h, cfg.int("intermediate_size"))
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.experts, lay.top_k, lay.shared = experts, cfg.int("num_experts_per_tok"), 1 if shared else 0
     lay.kinds = ["full"] * layers
     return lay
@@ -284,10 +96,10 @@ def qwen_hybrid(cfg: Config, kind: str, vb: float) -> Layout:
     attn_qkv (q, k, v projections), attn_gate (z), ssm_conv1d, ssm_dt, ssm_a, ssm_beta/ssm_alpha (Qwen3-Next:
     one ssm_ba), ssm_norm, ssm_out. Qwen3.5's ``mtp_num_hidden_layers`` MTP blocks: a full-attention layer and its
     FFN, plus eh_proj."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     arch = {"qwen3_next": "qwen3next", "qwen3_5": "qwen35", "qwen3_5_moe": "qwen35moe"}[kind]
     lay = Layout(arch)
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
     interval = cfg.int("full_attention_interval", 4)
     types = cfg.layer_types("layer_types", layers, ("linear_attention", "full_attention"))
     types = types or ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
@@ -295,14 +107,14 @@ def qwen_hybrid(cfg: Config, kind: str, vb: float) -> Layout:
     kd, vd = cfg.int("linear_key_head_dim"), cfg.int("linear_value_head_dim")
     kernel = cfg.int("linear_conv_kernel_dim")
     key, value = kh * kd, vh * vd
-    moe = kind != "qwen3_5"
-    experts = cfg.int("num_experts") if moe else 0
-    inner = cfg.int("moe_intermediate_size") if moe else cfg.int("intermediate_size")
-    shared = cfg.int("shared_expert_intermediate_size", 0, minimum=0) if moe else 0
+    routed = kind != "qwen3_5"
+    experts = cfg.int("num_experts") if routed else 0
+    inner = cfg.int("moe_intermediate_size") if routed else cfg.int("intermediate_size")
+    shared = cfg.int("shared_expert_intermediate_size", 0, minimum=0) if routed else 0
     bias = cfg.flag("attention_bias", False)
 
     def block(b: int, linear: bool, mtp: bool = False) -> None:
-        _norm(lay, b, "attn_norm", h, mtp=mtp)
+        norm(lay, b, "attn_norm", h, mtp=mtp)
         if linear:
             lay.add(f"blk.{b}.attn_qkv.weight", h, 2 * key + value)
             lay.add(f"blk.{b}.attn_gate.weight", h, value)
@@ -317,21 +129,21 @@ def qwen_hybrid(cfg: Config, kind: str, vb: float) -> Layout:
             lay.add(f"blk.{b}.ssm_norm.weight", vd)
             lay.add(f"blk.{b}.ssm_out.weight", value, h)
         else:
-            _gqa(lay, b, h, heads, kv, hd, q_gate=True, qkv_bias=bias, o_bias=bias, qk_norm=True, mtp=mtp)
-        _norm(lay, b, "post_attention_norm", h, mtp=mtp)
-        if moe:
-            _moe(lay, b, h, inner, experts, shared_inner=shared, shared_gate=bool(shared), mtp=mtp)
+            gqa(lay, b, h, heads, kv, hd, q_gate=True, qkv_bias=bias, o_bias=bias, qk_norm=True, mtp=mtp)
+        norm(lay, b, "post_attention_norm", h, mtp=mtp)
+        if routed:
+            moe(lay, b, h, inner, experts, shared_inner=shared, shared_gate=bool(shared), mtp=mtp)
         else:
-            _ffn(lay, b, h, inner, mtp=mtp)
+            ffn(lay, b, h, inner, mtp=mtp)
 
     for b, t in enumerate(types):
         block(b, t == "linear_attention")
     for b in range(layers, layers + (cfg.int("mtp_num_hidden_layers", 0, minimum=0) if kind != "qwen3_next" else 0)):
         block(b, False, mtp=True)
-        _nextn(lay, b, h)
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+        nextn(lay, b, h)
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.kinds = ["linear" if t == "linear_attention" else "full" for t in types]
-    lay.experts, lay.top_k, lay.shared = experts, cfg.int("num_experts_per_tok") if moe else 0, 1 if shared else 0
+    lay.experts, lay.top_k, lay.shared = experts, cfg.int("num_experts_per_tok") if routed else 0, 1 if shared else 0
     lay.dims = {"linear_key_heads": kh, "linear_value_heads": vh, "linear_key_head_dim": kd,
                 "linear_value_head_dim": vd, "linear_conv_kernel": kernel,
                 "recurrent_state_bytes": delta_net_state_bytes(kh, vh, kd, vd, kernel)}
@@ -348,9 +160,9 @@ def deepseek(cfg: Config, kind: str, vb: float) -> Layout:
     ``first_k_dense_replace`` blocks dense, then routed experts every ``moe_layer_freq``-th block with
     ``n_shared_experts`` shared ones and (noaux_tc) a selection bias. The converter leaves DeepSeek's MTP layers
     out (GLM-4.7-Flash's it writes: not listed here)."""
-    h, layers, heads, _, _, vocab = _basics(cfg)
+    h, layers, heads, _, _, vocab = basics(cfg)
     lay = Layout("deepseek2")
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
     q_lora = cfg.int("q_lora_rank", 0, minimum=0)
     kv_lora, nope, rope, v_dim = (cfg.int("kv_lora_rank"), cfg.int("qk_nope_head_dim"), cfg.int("qk_rope_head_dim"),
                                   cfg.int("v_head_dim"))
@@ -359,23 +171,23 @@ def deepseek(cfg: Config, kind: str, vb: float) -> Layout:
     shared = cfg.int("n_shared_experts", 0, minimum=0)
     probs = cfg.raw.get("topk_method") == "noaux_tc" or kind == "glm4_moe_lite"
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h)
+        norm(lay, b, "attn_norm", h)
         if q_lora:
-            _norm(lay, b, "attn_q_a_norm", q_lora)
+            norm(lay, b, "attn_q_a_norm", q_lora)
             lay.add(f"blk.{b}.attn_q_a.weight", h, q_lora)
             lay.add(f"blk.{b}.attn_q_b.weight", q_lora, heads * (nope + rope))
         else:
             lay.add(f"blk.{b}.attn_q.weight", h, heads * (nope + rope))
-        _norm(lay, b, "attn_kv_a_norm", kv_lora)
+        norm(lay, b, "attn_kv_a_norm", kv_lora)
         lay.add(f"blk.{b}.attn_kv_a_mqa.weight", h, kv_lora + rope)
         lay.add(f"blk.{b}.attn_k_b.weight", nope, kv_lora, heads)
         lay.add(f"blk.{b}.attn_v_b.weight", kv_lora, v_dim, heads)
         lay.add(f"blk.{b}.attn_output.weight", heads * v_dim, h)
-        _norm(lay, b, "ffn_norm", h)
+        norm(lay, b, "ffn_norm", h)
         if b >= first and b % freq == 0:
-            _moe(lay, b, h, inner, experts, shared_inner=inner * shared, probs_bias=probs)
+            moe(lay, b, h, inner, experts, shared_inner=inner * shared, probs_bias=probs)
         else:
-            _ffn(lay, b, h, cfg.int("intermediate_size"))
+            ffn(lay, b, h, cfg.int("intermediate_size"))
     lay.heads, lay.kv_heads, lay.head_dim, lay.value_dim = heads, heads, nope + rope, v_dim
     lay.kv_per_layer = mla_kv_bytes(1, kv_lora, rope, vb)
     lay.kv_per_layer_f16 = mla_kv_bytes(1, kv_lora, rope, 2.0)
@@ -394,25 +206,25 @@ def glm4_moe(cfg: Config, kind: str, vb: float) -> Layout:
     """GLM-4.5/4.6 (Glm4MoeForCausalLM): biased q/k/v, optional q/k norms, post-attention norm, DeepSeek-style
     routed and shared experts after ``first_k_dense_replace`` dense blocks; its ``num_nextn_predict_layers`` MTP
     blocks are written to the GGUF."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     lay = Layout("glm4moe")
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
     experts, first = cfg.int("n_routed_experts"), cfg.int("first_k_dense_replace", 0, minimum=0)
     inner, shared = cfg.int("moe_intermediate_size"), cfg.int("n_shared_experts", 0, minimum=0)
-    nextn = cfg.int("num_nextn_predict_layers", 0, minimum=0)
-    for b in range(layers + nextn):
+    n_mtp = cfg.int("num_nextn_predict_layers", 0, minimum=0)
+    for b in range(layers + n_mtp):
         mtp = b >= layers
-        _norm(lay, b, "attn_norm", h, mtp=mtp)
-        _gqa(lay, b, h, heads, kv, hd, qkv_bias=cfg.flag("attention_bias", False),
+        norm(lay, b, "attn_norm", h, mtp=mtp)
+        gqa(lay, b, h, heads, kv, hd, qkv_bias=cfg.flag("attention_bias", False),
              qk_norm=cfg.flag("use_qk_norm", False), mtp=mtp)
-        _norm(lay, b, "post_attention_norm", h, mtp=mtp)
+        norm(lay, b, "post_attention_norm", h, mtp=mtp)
         if b >= first:
-            _moe(lay, b, h, inner, experts, shared_inner=inner * shared, probs_bias=True, mtp=mtp)
+            moe(lay, b, h, inner, experts, shared_inner=inner * shared, probs_bias=True, mtp=mtp)
         else:
-            _ffn(lay, b, h, cfg.int("intermediate_size"), mtp=mtp)
+            ffn(lay, b, h, cfg.int("intermediate_size"), mtp=mtp)
         if mtp:
-            _nextn(lay, b, h)
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+            nextn(lay, b, h)
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.kinds = ["full"] * layers
     lay.experts, lay.top_k, lay.shared = experts, cfg.int("num_experts_per_tok"), shared
     return lay
@@ -421,19 +233,19 @@ def glm4_moe(cfg: Config, kind: str, vb: float) -> Layout:
 def gpt_oss(cfg: Config, kind: str, vb: float) -> Layout:
     """gpt-oss: biased attention with per-head sinks, alternating sliding and full attention, biased experts stored
     by the checkpoint in MXFP4 (the converter keeps them), a biased router."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     lay = Layout("gpt-oss")
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
     experts, inner = cfg.int("num_local_experts"), cfg.int("intermediate_size")
     types = cfg.layer_types("layer_types", layers, ("sliding_attention", "full_attention"))
     types = types or ["full_attention" if (i + 1) % 2 == 0 else "sliding_attention" for i in range(layers)]
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h)
-        _gqa(lay, b, h, heads, kv, hd, qkv_bias=True, o_bias=True)
+        norm(lay, b, "attn_norm", h)
+        gqa(lay, b, h, heads, kv, hd, qkv_bias=True, o_bias=True)
         lay.add(f"blk.{b}.attn_sinks.weight", heads)
-        _norm(lay, b, "post_attention_norm", h)
-        _moe(lay, b, h, inner, experts, router_bias=True, expert_bias=True, native="MXFP4")
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+        norm(lay, b, "post_attention_norm", h)
+        moe(lay, b, h, inner, experts, router_bias=True, expert_bias=True, native="MXFP4")
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.kinds = ["full" if t == "full_attention" else "sliding" for t in types]
     lay.sliding_window = cfg.int("sliding_window", 0, minimum=0)
     lay.experts = experts
@@ -445,17 +257,17 @@ def gemma3(cfg: Config, kind: str, vb: float) -> Layout:
     """Gemma 3 (its text model): q/k norms, norms before and after attention and FFN, GELU-gated FFN, the output
     head tied to the embeddings; five sliding-window layers to one global (``sliding_window_pattern``, or
     ``layer_types``)."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     lay = Layout("gemma3")
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", True))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", True))
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h)
-        _gqa(lay, b, h, heads, kv, hd, qk_norm=True)
-        _norm(lay, b, "post_attention_norm", h)
-        _norm(lay, b, "ffn_norm", h)
-        _ffn(lay, b, h, cfg.int("intermediate_size"))
-        _norm(lay, b, "post_ffw_norm", h)
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+        norm(lay, b, "attn_norm", h)
+        gqa(lay, b, h, heads, kv, hd, qk_norm=True)
+        norm(lay, b, "post_attention_norm", h)
+        norm(lay, b, "ffn_norm", h)
+        ffn(lay, b, h, cfg.int("intermediate_size"))
+        norm(lay, b, "post_ffw_norm", h)
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     types = cfg.layer_types("layer_types", layers, ("sliding_attention", "full_attention"))
     pattern = cfg.int("sliding_window_pattern", 6)
     types = types or ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)]
@@ -467,17 +279,17 @@ def gemma3(cfg: Config, kind: str, vb: float) -> Layout:
 def glm4(cfg: Config, kind: str, vb: float) -> Layout:
     """GLM-4-0414 / GLM-Z1 (Glm4ForCausalLM): biased q/k/v, norms after attention and after the FFN, gate and up
     fused in one ffn_up of twice the width."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     lay = Layout("glm4")
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h)
-        _gqa(lay, b, h, heads, kv, hd, qkv_bias=cfg.flag("attention_bias", True))
-        _norm(lay, b, "post_attention_norm", h)
-        _norm(lay, b, "ffn_norm", h)
-        _ffn(lay, b, h, cfg.int("intermediate_size"), fused_up=True)
-        _norm(lay, b, "post_ffw_norm", h)
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+        norm(lay, b, "attn_norm", h)
+        gqa(lay, b, h, heads, kv, hd, qkv_bias=cfg.flag("attention_bias", True))
+        norm(lay, b, "post_attention_norm", h)
+        norm(lay, b, "ffn_norm", h)
+        ffn(lay, b, h, cfg.int("intermediate_size"), fused_up=True)
+        norm(lay, b, "post_ffw_norm", h)
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.kinds = ["full"] * layers
     return lay
 
@@ -495,14 +307,14 @@ def phi2(cfg: Config, kind: str, vb: float) -> Layout:
             cfg.raw.setdefault(new, cfg.raw.get(old))
         if cfg.raw.get("intermediate_size") is None:
             cfg.raw["intermediate_size"] = 4 * cfg.int("n_embd")
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     lay = Layout("phi2")
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False), bias=True, norm_bias=True)
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False), bias=True, norm_bias=True)
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h, bias=True)
-        _gqa(lay, b, h, heads, kv, hd, qkv_bias=True, o_bias=True)
-        _ffn(lay, b, h, cfg.int("intermediate_size"), gated=False, bias=True)
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+        norm(lay, b, "attn_norm", h, bias=True)
+        gqa(lay, b, h, heads, kv, hd, qkv_bias=True, o_bias=True)
+        ffn(lay, b, h, cfg.int("intermediate_size"), gated=False, bias=True)
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.kinds = ["full"] * layers
     return lay
 
@@ -514,18 +326,18 @@ def granitemoe(cfg: Config, kind: str, vb: float) -> Layout:
 def hunyuan_moe(cfg: Config, kind: str, vb: float) -> Layout:
     """Hunyuan-A13B (hunyuan_v1_moe): q/k norms, routed experts and a shared expert of ``intermediate_size``
     (``moe_intermediate_size``, ``moe_topk``, ``num_shared_expert`` may be lists per layer of one value)."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     lay = Layout("hunyuan-moe")
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", True))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", True))
     experts = _first_int(cfg, "num_experts")
     inner = _first_int(cfg, "moe_intermediate_size")
     shared = _first_int(cfg, "num_shared_expert", 1)
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h)
-        _gqa(lay, b, h, heads, kv, hd, qk_norm=cfg.flag("use_qk_norm", True))
-        _norm(lay, b, "ffn_norm", h)
-        _moe(lay, b, h, inner, experts, shared_inner=cfg.int("intermediate_size"))  # the converter's n_ff_shexp
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+        norm(lay, b, "attn_norm", h)
+        gqa(lay, b, h, heads, kv, hd, qk_norm=cfg.flag("use_qk_norm", True))
+        norm(lay, b, "ffn_norm", h)
+        moe(lay, b, h, inner, experts, shared_inner=cfg.int("intermediate_size"))  # the converter's n_ff_shexp
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.kinds = ["full"] * layers
     lay.experts, lay.top_k, lay.shared = experts, _first_int(cfg, "moe_topk"), shared
     return lay
@@ -544,20 +356,20 @@ def llama4(cfg: Config, kind: str, vb: float) -> Layout:
     """Llama 4 (its text model): routed experts with one shared expert every ``interleave_moe_layer_step``-th block,
     dense FFNs of ``intermediate_size_mlp`` between; chunked local attention layers hold at most
     ``attention_chunk_size`` tokens (counted as sliding)."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     lay = Layout("llama4")
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
     experts, step = cfg.int("num_local_experts"), cfg.int("interleave_moe_layer_step", 1)
     inner = cfg.int("intermediate_size")
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h)
-        _gqa(lay, b, h, heads, kv, hd)
-        _norm(lay, b, "ffn_norm", h)
+        norm(lay, b, "attn_norm", h)
+        gqa(lay, b, h, heads, kv, hd)
+        norm(lay, b, "ffn_norm", h)
         if (b + 1) % step == 0:
-            _moe(lay, b, h, inner, experts, shared_inner=inner)
+            moe(lay, b, h, inner, experts, shared_inner=inner)
         else:
-            _ffn(lay, b, h, cfg.int("intermediate_size_mlp"))
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+            ffn(lay, b, h, cfg.int("intermediate_size_mlp"))
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     no_rope = cfg.ints("no_rope_layers")
     chunk = cfg.int("attention_chunk_size", 0, minimum=0)
     if no_rope and len(no_rope) == layers and chunk:  # 1: a RoPE layer with chunked (local) attention
@@ -572,20 +384,20 @@ def llama4(cfg: Config, kind: str, vb: float) -> Layout:
 def dots1(cfg: Config, kind: str, vb: float) -> Layout:
     """dots.llm1: q/k norms, ``first_k_dense_replace`` dense blocks, then routed experts with shared ones and a
     selection bias."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     lay = Layout("dots1")
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
     experts, first = cfg.int("n_routed_experts"), cfg.int("first_k_dense_replace", 0, minimum=0)
     inner, shared = cfg.int("moe_intermediate_size"), cfg.int("n_shared_experts", 0, minimum=0)
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h)
-        _gqa(lay, b, h, heads, kv, hd, qk_norm=True)
-        _norm(lay, b, "ffn_norm", h)
+        norm(lay, b, "attn_norm", h)
+        gqa(lay, b, h, heads, kv, hd, qk_norm=True)
+        norm(lay, b, "ffn_norm", h)
         if b >= first:
-            _moe(lay, b, h, inner, experts, shared_inner=inner * shared, probs_bias=True)
+            moe(lay, b, h, inner, experts, shared_inner=inner * shared, probs_bias=True)
         else:
-            _ffn(lay, b, h, cfg.int("intermediate_size"))
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+            ffn(lay, b, h, cfg.int("intermediate_size"))
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.kinds = ["full"] * layers
     lay.experts, lay.top_k, lay.shared = experts, cfg.int("num_experts_per_tok"), shared
     return lay
@@ -593,16 +405,16 @@ def dots1(cfg: Config, kind: str, vb: float) -> Layout:
 
 def phi3(cfg: Config, kind: str, vb: float) -> Layout:
     """Phi-3 / Phi-4 (Phi3ForCausalLM): q, k and v fused in attn_qkv, gate and up fused in ffn_up."""
-    h, layers, heads, kv, hd, vocab = _basics(cfg)
+    h, layers, heads, kv, hd, vocab = basics(cfg)
     lay = Layout("phi3")
-    _head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
+    head(lay, vocab, h, cfg.flag("tie_word_embeddings", False))
     for b in range(layers):
-        _norm(lay, b, "attn_norm", h)
+        norm(lay, b, "attn_norm", h)
         lay.add(f"blk.{b}.attn_qkv.weight", h, heads * hd + 2 * kv * hd)
         lay.add(f"blk.{b}.attn_output.weight", heads * hd, h)
-        _norm(lay, b, "ffn_norm", h)
-        _ffn(lay, b, h, cfg.int("intermediate_size"), fused_up=True)
-    _gqa_dims(lay, heads, kv, hd, hd, vb)
+        norm(lay, b, "ffn_norm", h)
+        ffn(lay, b, h, cfg.int("intermediate_size"), fused_up=True)
+    gqa_dims(lay, heads, kv, hd, hd, vb)
     lay.kinds = ["full"] * layers
     if cfg.has("sliding_window"):
         lay.notes.append("sliding_window not modelled: the KV cache counted per token for every layer")

@@ -15,7 +15,8 @@ from sim.cli import main
 from sim.config.models import ModelSpec
 from sim.core.errors import ScenarioError
 from sim.modelfiles import dense_fields, model_fields, moe_fields, read_gguf, read_hf_config, read_model_file
-from sim.modelfiles.quant import kv_bytes, scheme, type_bits
+from sim.modelfiles.llama_quant import recipe
+from sim.modelfiles.quant import gguf_quant, kv_bytes, type_bits
 
 MODELS = os.path.join(CALIBRATION, "models")
 
@@ -69,7 +70,10 @@ def test_exact_geometry_of_the_examples():
     o = read_hf_config(example("gpt-oss-20b.json"))
     assert o.expert_params == 3 * 2880 * 2880 + 2 * 2880 + 2880  # gate_up and down, with their biases
     assert o.attention_layers == 12 and o.kv_bytes_per_token == 12 * 2 * 8 * 64 * 2  # sliding layers: a note
-    assert o.bits_per_weight_experts == 4.25 and o.bits_per_weight_dense == 16
+    experts = 24 * 32 * 3 * 2880 * 2880  # MXFP4 (4.25 bits), their biases BF16
+    biases = 24 * 32 * 3 * 2880
+    assert o.bits_per_weight_experts == pytest.approx((experts * 4.25 + biases * 16) / (experts + biases))
+    assert o.bits_per_weight_dense == 16
     # the published checkpoint (model.safetensors.index.json total_size): experts MXFP4, the rest BF16
     assert o.weights_bytes == pytest.approx(13_761_264_768, rel=0.005)
     m = read_hf_config(example("mixtral-8x7b.json"))
@@ -80,7 +84,7 @@ def test_exact_geometry_of_the_examples():
 
 
 def test_examples_name_their_source_and_the_reader_ignores_underscore_keys(tmp_path):
-    for name in os.listdir(MODELS):
+    for name in (n for n in os.listdir(MODELS) if n.endswith(".json")):
         raw = json.load(open(example(name)))
         assert raw["_source"].startswith("https://"), name
     raw = json.load(open(example("llama-3.1-8b.json")))
@@ -134,20 +138,25 @@ def test_sparse_step_and_dense_only_layers_make_dense_blocks(tmp_path):
 
 def test_quantization_arithmetic():
     assert type_bits(__import__("gguf").GGMLQuantizationType.Q4_K) == 4.5
-    assert [scheme(n).experts_bits for n in ("Q4_K_M", "q8_0", "Q6_K", "MXFP4", "IQ4_XS", "Q3_K_M", "BF16")] == \
-        [4.5, 8.5, 6.5625, 4.25, 4.25, 3.4375, 16.0]
-    ud = scheme("UD-Q4_K_XL")
-    assert ud.name == "Q4_K_M" and ud.experts_bits == 4.5 and "Unsloth" in ud.note
-    assert scheme("MXFP4_MOE").dense_bits == 8.5 and scheme("FP8").embedding_bits == 16
+    assert [type_bits(n) for n in ("Q8_0", "Q6_K", "MXFP4", "IQ4_XS", "Q3_K", "BF16", "IQ4_KS", "IQ1_S_R4")] == \
+        [8.5, 6.5625, 4.25, 4.25, 3.4375, 16.0, 4.25, 1.5]
+    assert (recipe("Q4_K_M").default, recipe("IQ2_M").default, recipe("i1-IQ4_XS").imatrix) == ("Q4_K", "IQ2_S", True)
+    assert recipe("Q5_K").pure and recipe("IQ4_KS").ik
+    ud = gguf_quant("UD-Q4_K_XL")
+    assert ud.kind == "unsloth" and not ud.derivable and ud.recipe.ftype == "Q4_K_M"
+    assert gguf_quant("UD-Q8_K_XL").recipe.ftype == "Q8_0" and gguf_quant("MXFP4").kind == "checkpoint"
     with pytest.raises(ValueError, match="Q4_K_M"):
-        scheme("Q9_Z")
+        recipe("Q9_Z")
     assert kv_bytes("f16") == 2 and kv_bytes("q8_0") == 34 / 32
 
 
 def test_quant_option_sets_the_bytes():
     g = read_hf_config(example("qwen3-30b-a3b.json"), quant="Q8_0")
     assert g.quant == "Q8_0" and g.expert_bytes == 3 * 2048 * 768 * 34 / 32
-    assert g.weights_bytes == pytest.approx(g.total_params * 8.5 / 8)
+    # every matrix Q8_0, the norms and the router F32 (llama.cpp does not quantize them)
+    assert g.weights_bytes == sum(t.bytes for t in g.tensors)
+    assert g.weights_bytes == pytest.approx(g.total_params * 8.5 / 8, rel=0.005)
+    assert {t.qtype for t in g.tensors if t.name.endswith("ffn_gate_inp.weight") or "norm" in t.name} == {"F32"}
     k = read_hf_config(example("qwen3-30b-a3b.json"), kv_type="q8_0")
     assert k.kv_bytes_per_token == 48 * 2 * 4 * 128 * 34 / 32
     with pytest.raises(ScenarioError, match="--quant"):
@@ -158,7 +167,9 @@ def test_scenario_sections_validate_against_the_schema():
     moe = moe_fields(read_hf_config(example("qwen3-30b-a3b.json"), quant="Q4_K_M"))
     assert set(moe) == {"weights_gib", "moe"}
     assert set(moe["moe"]) == {"layers", "experts_per_layer", "top_k", "expert_mib", "dense_gib", "kv_kib_per_token"}
-    assert moe["moe"]["expert_mib"] == pytest.approx(3 * 2048 * 768 * 4.5 / 8 / 2**20, rel=1e-5)
+    # Q4_K_M: gate and up Q4_K (4.5 bits); ffn_down Q6_K (6.5625 bits) in the 24 of 48 layers use_more_bits picks
+    down = (24 * 6.5625 + 24 * 4.5) / 48
+    assert moe["moe"]["expert_mib"] == pytest.approx(2048 * 768 * (4.5 + 4.5 + down) / 8 / 2**20, rel=1e-5)
     ModelSpec(**moe)
     dense = dense_fields(read_hf_config(example("llama-3.1-8b.json")))
     assert set(dense["dense"]) == {"params_b", "layers", "hidden", "kv_kib_per_token"}

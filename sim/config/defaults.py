@@ -96,18 +96,43 @@ def _fill_models(raw: dict, source: str, filled: list[str]) -> None:
         if quant is not None and path.endswith(".gguf"):
             raise ScenarioError(source, f"models.{name}.quant", f"bad value {quant!r}: a GGUF file's tensors carry "
                                 "their own types (leave quant out)")
-        _fill_missing(spec, model_file_fields(path, quant if isinstance(quant, str) else None), f"models.{name}",
-                      filled)
+        quant = quant if isinstance(quant, str) else None
+        given = spec.get("weights_gib")
+        given = float(given) if isinstance(given, (int, float)) and not isinstance(given, bool) and given > 0 else None
+        if not _derivable(quant):
+            if given is None:
+                raise ScenarioError(source, f"models.{name}.weights_gib", f"missing: {quant} is an Unsloth dynamic "
+                                    "mix whose per-tensor types cannot be derived from a config.json; give the real "
+                                    "file's size (GiB), or the .gguf file itself")
+        else:
+            given = None  # a file type llama.cpp's rules derive: its own bytes (weights_gib, if given, wins)
+        _fill_missing(spec, model_file_fields(path, quant, given), f"models.{name}", filled)
 
 
-def model_file_fields(path: str, quant: str | None) -> dict[str, Any]:
-    """The ``models.NAME`` fields a model file gives: an ``moe`` section for a model with routed experts, a
-    ``dense`` one otherwise, and the bytes of its weights."""
+def _derivable(quant: str | None) -> bool:
+    """False for a quantization whose per-tensor types cannot be derived (Unsloth's UD- mixes)."""
+    from sim.modelfiles.quant import gguf_quant
+
+    if quant is None:
+        return True
+    try:
+        return gguf_quant(quant).derivable
+    except ValueError:
+        return True  # the reader reports the unknown name
+
+
+def model_file_fields(path: str, quant: str | None, weights_gib: float | None = None) -> dict[str, Any]:
+    """The ``models.NAME`` fields a model file gives: an ``moe`` section for a model with routed experts (with the
+    experts' bits per weight and the dense parameter count), a ``dense`` one otherwise, and the bytes of its weights.
+    ``weights_gib``: the real file's size the scenario gives, every tensor scaled to it (needed for a mix whose
+    per-tensor types cannot be derived, UD-*)."""
     from sim.modelfiles import dense_fields, moe_fields, read_model_file
 
-    geometry = read_model_file(path, quant)
+    geometry = read_model_file(path, quant, weights_bytes=weights_gib * 2**30 if weights_gib else None)
     if geometry.experts_per_layer == 0:
         return dense_fields(geometry)
     fields = moe_fields(geometry)
+    # the experts' and the dense weights' bits differ (gpt-oss: MXFP4 experts, BF16 attention): each its own
     fields["moe"].setdefault("bits_per_weight", round(float(geometry.bits_per_weight_experts), 4))
+    fields["moe"].setdefault("dense_params_b", float(f"{geometry.dense_params / 1e9:.6g}"))
     return fields

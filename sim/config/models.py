@@ -56,8 +56,12 @@ class Moe(Strict):
         None, gt=0, le=1_000_000, description="Model width: attention costs 4 x layers x hidden FLOPs per pair of a "
         "position and a context token (continuous batching's prefill attention). Default: not counted.")
     bits_per_weight: float | None = Field(
-        None, ge=1, le=32, description="Bits per weight of the experts and dense weights (from the model file's "
-        "tensor types): turns bytes into parameters for the arithmetic a step does. Default: 4.5 (Q4_K), assumed.")
+        None, ge=1, le=32, description="Bits per weight of the routed experts (from the model file's tensor types): "
+        "turns expert_mib into parameters for the arithmetic a step does; also the dense weights' when "
+        "dense_params_b is not given. Default: 4.5 (Q4_K), assumed.")
+    dense_params_b: float | None = Field(
+        None, gt=0, le=100_000, description="Parameters outside the routed experts (billions; from the model file's "
+        "tensors): 2 FLOPs each per position of a step. Default: dense_gib converted at bits_per_weight.")
     routing: Routing = Routing()
     draft: Draft = Draft()
 

@@ -33,14 +33,15 @@ ROLES = ("attention", "ffn", "experts")  # a block's parts, in the order a token
 
 @dataclass(frozen=True)
 class Tensor:
-    """One weight tensor: its GGUF name, its block (-1: outside the blocks), its role, its bytes and its parameters
-    (weights)."""
+    """One weight tensor: its GGUF name, its block (-1: outside the blocks), its role, its bytes, its parameters
+    (weights) and its GGUF type."""
 
     name: str
     block: int
     role: str  # attention | ffn | experts | output | embedding
     bytes: float
     params: float
+    qtype: str = ""  # GGUF type name (Q4_K, F32, ...), or a checkpoint format
 
 
 @dataclass(frozen=True)
@@ -63,42 +64,30 @@ class ModelTensors:
 
 
 def model_tensors(g: ModelGeometry, file_bytes: float | None = None) -> ModelTensors:
-    """The tensors of ``g``; with ``file_bytes`` (a real file's size), every size scaled to add up to it."""
-    scale = file_bytes / g.weights_bytes if file_bytes else 1.0
-    per_weight = g.dense_bytes / g.dense_params if g.dense_params else 0.0  # bytes per dense weight
-    emb = g.embedding_bytes or (g.embedding_params * per_weight)
-    out = g.output_bytes or emb
-    known = g.attention_bytes + g.ffn_bytes
-    rest = max(g.dense_bytes - emb - (out if g.output_bytes else 0.0), 0.0)
-    attn_total = g.attention_bytes if known else rest
-    ffn_total = g.ffn_bytes if known else 0.0
-    attn_block, ffn_block = attn_total / g.layers, ffn_total / g.layers
-    q = g.heads * g.head_dim
-    kv = g.kv_heads * g.head_dim
-    shapes = {"attn_q": q, "attn_k": kv, "attn_v": kv, "attn_output": q}
-    whole = sum(shapes.values())
-    tensors: list[Tensor] = [Tensor("token_embd.weight", -1, "embedding", emb * scale, emb / per_weight
-                                    if per_weight else 0.0)]
-    expert_tensor = g.expert_bytes * g.experts_per_layer / 3
-    expert_params = g.expert_params * g.experts_per_layer / 3
-    first_moe = g.layers - g.moe_layers if g.is_moe else g.layers
-    for b in range(g.layers):
-        for name, share in shapes.items():
-            part = attn_block * share / whole
-            tensors.append(Tensor(f"blk.{b}.{name}.weight", b, "attention", part * scale,
-                                  part / per_weight if per_weight else 0.0))
-        if b >= first_moe:
-            if ffn_block:
-                tensors.append(Tensor(f"blk.{b}.ffn_gate_inp.weight", b, "ffn", ffn_block * scale,
-                                      ffn_block / per_weight if per_weight else 0.0))
-            for name in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
-                tensors.append(Tensor(f"blk.{b}.{name}.weight", b, "experts", expert_tensor * scale, expert_params))
-        elif ffn_block:
-            for name in ("ffn_gate", "ffn_up", "ffn_down"):
-                tensors.append(Tensor(f"blk.{b}.{name}.weight", b, "ffn", ffn_block / 3 * scale,
-                                      ffn_block / 3 / per_weight if per_weight else 0.0))
-    tensors.append(Tensor("output.weight", -1, "output", out * scale, out / per_weight if per_weight else 0.0))
-    return ModelTensors(g, tuple(tensors), scale)
+    """The tensors of ``g`` (its ``tensors``: GGUF names, bytes and types), the token embedding first, block by
+    block (attention, FFN, experts), the final norm, the output head last; with ``file_bytes`` (a real file's
+    size), every size scaled to add up to it. A model whose output head is tied to the embeddings gets llama.cpp's
+    copy of them as its ``output.weight`` (not in the file, not scaled into it). Tensors outside the blocks other
+    than the embedding (the final norm, rotary tables) travel with the output head."""
+    scale = file_bytes / g.weights_bytes if file_bytes and g.weights_bytes else 1.0
+    order = {"attention": 0, "ffn": 1, "experts": 2}
+    first, blocks, last, output = [], [], [], []
+    for t in g.tensors:
+        if t.role == "embedding":
+            first.append(Tensor(t.name, -1, "embedding", t.bytes * scale, float(t.elements), t.qtype))
+        elif t.role == "output":
+            output.append(Tensor(t.name, -1, "output", t.bytes * scale, float(t.elements), t.qtype))
+        elif t.block < 0 or t.role == "output_norm":
+            last.append(Tensor(t.name, -1, "output", t.bytes * scale, float(t.elements), t.qtype))
+        else:
+            blocks.append(Tensor(t.name, t.block, t.role, t.bytes * scale, float(t.elements), t.qtype))
+    blocks.sort(key=lambda t: (t.block, order[t.role]))
+    if not any(t.name == "output.weight" for t in output):
+        emb = next((t for t in first if t.name == "token_embd.weight"), None)
+        if emb is not None:  # tied: llama.cpp duplicates the embedding for the output head
+            output.append(Tensor("output.weight", -1, "output", emb.bytes, emb.params, emb.qtype))
+    output.sort(key=lambda t: t.name == "output.weight")  # the head itself last: the costs read tensors[-1]
+    return ModelTensors(g, tuple(first + blocks + last + output), scale)
 
 
 @dataclass(frozen=True)

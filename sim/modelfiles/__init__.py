@@ -11,25 +11,28 @@ import os
 from typing import Any
 
 from sim.core.errors import ScenarioError
-from sim.modelfiles.geometry import ModelGeometry
+from sim.modelfiles.geometry import ModelGeometry, TensorSpec
 from sim.modelfiles.gguf_file import read_gguf
 from sim.modelfiles.hf_config import ARCHITECTURES, read_hf_config
 
-__all__ = ["ARCHITECTURES", "ModelGeometry", "dense_fields", "model_fields", "moe_fields", "read_gguf",
+__all__ = ["ARCHITECTURES", "ModelGeometry", "TensorSpec", "dense_fields", "model_fields", "moe_fields", "read_gguf",
            "read_hf_config", "read_model_file"]
 
 
-def read_model_file(path: str, quant: str | None = None, kv_type: str = "f16") -> ModelGeometry:
+def read_model_file(path: str, quant: str | None = None, kv_type: str = "f16",
+                    weights_bytes: float | None = None) -> ModelGeometry:
     """The geometry of the model in ``path``: a ``.gguf`` file (its own tensor types: ``quant`` must be None) or a
     config.json (any other name, or a folder holding one) at quantization ``quant``. ``kv_type`` is the KV cache's
-    value type (f16: 2 bytes). Raises ScenarioError (one line: file, key, what was expected)."""
+    value type (f16: 2 bytes); ``weights_bytes`` a real file's size that a config.json's tensors are scaled to
+    (required for a mix whose types cannot be derived, UD-*). Raises ScenarioError (one line: file, key, what was
+    expected)."""
     path = os.fspath(path)
     if path.lower().endswith(".gguf"):
         if quant is not None:
             raise ScenarioError("--quant", quant, f"{path} is a GGUF file: its quantization is its tensors' own "
                                 "types; --quant applies to a config.json")
         return read_gguf(path, kv_type)
-    return read_hf_config(path, quant, kv_type)
+    return read_hf_config(path, quant, kv_type, weights_bytes)
 
 
 def _figure(x: float) -> float:

@@ -22,12 +22,9 @@ from collections import Counter
 from typing import Any
 
 from sim.core.errors import ScenarioError
-from sim.modelfiles.geometry import ModelGeometry, gqa_kv_bytes, mla_kv_bytes
+from sim.modelfiles.geometry import ModelGeometry, assemble, delta_net_state_bytes, gqa_kv_bytes, mla_kv_bytes, spec
 from sim.modelfiles.quant import kv_bytes
 
-EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_\w+_exps\.")  # ffn_gate_exps.weight, ffn_down_exps.bias, ...
-SHARED_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_\w+_shexp\.")  # a shared expert: dense
-BLOCK_TENSOR = re.compile(r"^blk\.(\d+)\.")
 SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 
@@ -138,84 +135,65 @@ def read_gguf(path: str, kv_type: str = "f16") -> ModelGeometry:
     key_len = head.int(att.KEY_LENGTH, hidden // heads)
     value_len = head.int(att.VALUE_LENGTH, key_len)
 
-    expert_elems = expert_bytes = dense_elems = dense_bytes = mtp_bytes = 0
-    moe_blocks: set[int] = set()
-    expert_types: Counter[str] = Counter()
-    dense_types: Counter[str] = Counter()
-    vocab, shared = 0, False
-    roles = {"embedding": 0, "output": 0, "attention": 0, "ffn": 0}
+    specs, mtp = [], []
+    types: dict[str, Counter[str]] = {"expert": Counter(), "dense": Counter()}
     for t in tensors:
-        block = BLOCK_TENSOR.match(t.name)
-        if block and int(block.group(1)) >= layers:
-            mtp_bytes += int(t.n_bytes)
+        ts = spec(t.name, tuple(int(n) for n in t.shape), t.tensor_type.name, int(t.n_bytes))
+        if ts.block >= layers:
+            mtp.append(ts)
             continue
-        if t.name == "token_embd.weight":
-            vocab = int(t.shape[-1]) if len(t.shape) > 1 else 0
-        shared = shared or SHARED_TENSOR.match(t.name) is not None
-        expert = EXPERT_TENSOR.match(t.name)
-        if expert:
-            moe_blocks.add(int(expert.group(1)))
-            expert_elems += int(t.n_elements)
-            expert_bytes += int(t.n_bytes)
-            expert_types[t.tensor_type.name] += int(t.n_bytes)
-        else:
-            dense_elems += int(t.n_elements)
-            dense_bytes += int(t.n_bytes)
-            dense_types[t.tensor_type.name] += int(t.n_bytes)
-            roles[_role(t.name)] += int(t.n_bytes)
-    if not vocab:  # no token_embd tensor: the metadata's count
-        vocab = head.int(llm.VOCAB_SIZE)
-
+        specs.append(ts)
+        types["expert" if ts.role == "experts" else "dense"][ts.qtype] += int(ts.bytes)
+    embd = next((ts for ts in specs if ts.name == "token_embd.weight"), None)
+    vocab = embd.shape[-1] if embd is not None and len(embd.shape) > 1 else head.int(llm.VOCAB_SIZE)
+    moe_blocks = {ts.block for ts in specs if ts.role == "experts"}
     experts = head.int(llm.EXPERT_COUNT, 0, minimum=0) if moe_blocks else 0
     if moe_blocks and experts == 0:
         raise ScenarioError(path, head.key(llm.EXPERT_COUNT), "missing: the file has expert tensors (ffn_*_exps), "
                             "expected the number of experts per layer")
-    moe_layers = len(moe_blocks)
     top_k = head.int(llm.EXPERT_USED_COUNT) if experts else 0
-    per_expert = expert_elems / (moe_layers * experts) if experts else 0.0
+    shared = any("_shexp." in ts.name for ts in specs)
     notes = []
-    if experts and expert_elems % (moe_layers * experts):
-        notes.append(f"expert tensors hold {expert_elems} parameters: not a whole number per expert of "
-                     f"{moe_layers} layers x {experts} experts (averaged)")
-    if mtp_bytes:
-        notes.append(f"{nextn} multi-token-prediction block(s) not counted ({mtp_bytes / 2**20:.4g} MiB)")
-    attention = _attention_layers(head, layers, kv_heads, keys, notes)
+    if mtp:
+        notes.append(f"{nextn} multi-token-prediction block(s) not counted ({sum(t.bytes for t in mtp) / 2**20:.4g} "
+                     "MiB)")
+    kinds, attention = _layer_kinds(head, layers, kv_heads, keys, notes)
+    window = head.value(att.SLIDING_WINDOW)
+    window = window if isinstance(window, int) else 0
+    dims: dict[str, Any] = {}
+    rope = head.int(keys.Rope.DIMENSION_COUNT, 0, minimum=0)
     if head.value(att.KV_LORA_RANK) is not None:  # MLA: the compressed latent and the shared rope key per layer
-        kv_per_token = mla_kv_bytes(len(attention), head.int(att.KV_LORA_RANK),
-                                    head.int(keys.Rope.DIMENSION_COUNT, 0, minimum=0), value_bytes)
+        kv_lora = head.int(att.KV_LORA_RANK)
+        k_mla = head.int(att.KEY_LENGTH_MLA, 0, minimum=0)
+        v_mla = head.int(att.VALUE_LENGTH_MLA, 0, minimum=0)
+        dims = {"kv_lora_rank": kv_lora, "q_lora_rank": head.int(att.Q_LORA_RANK, 0, minimum=0),
+                "qk_rope_head_dim": rope, "qk_nope_head_dim": max(k_mla - rope, 0), "v_head_dim": v_mla}
+        per_layer_f16 = mla_kv_bytes(1, kv_lora, rope, 2.0)
+        kv_per_token = mla_kv_bytes(len(attention), kv_lora, rope, value_bytes)
+        key_len, value_len, kv_max = k_mla or key_len, v_mla or value_len, heads
     else:
         kv_per_token = sum(gqa_kv_bytes(1, kv_heads[i], key_len, value_len, value_bytes) for i in attention)
-    notes += [f"{role} tensor types by bytes: {_shares(types)}" for role, types in
-              (("expert", expert_types), ("dense", dense_types)) if types]
+        kv_max = max(kv_heads) if kv_heads else 0
+        per_layer_f16 = gqa_kv_bytes(1, kv_max, key_len, value_len, 2.0)
+    if "linear" in kinds and head.value(keys.SSM.STATE_SIZE) is not None:
+        ssm = keys.SSM
+        kh, vh, kd = head.int(ssm.GROUP_COUNT), head.int(ssm.TIME_STEP_RANK), head.int(ssm.STATE_SIZE)
+        vd = head.int(ssm.INNER_SIZE) // vh
+        kernel = head.int(ssm.CONV_KERNEL)
+        dims = {"linear_key_heads": kh, "linear_value_heads": vh, "linear_key_head_dim": kd,
+                "linear_value_head_dim": vd, "linear_conv_kernel": kernel,
+                "recurrent_state_bytes": delta_net_state_bytes(kh, vh, kd, vd, kernel)}
+    notes += [f"{role} tensor types by bytes: {_shares(c)}" for role, c in types.items() if c]
     file_type = head.value(keys.General.FILE_TYPE)
-    dominant = (expert_types or dense_types).most_common(1)
+    dominant = (types["expert"] or types["dense"]).most_common(1)
     quant = _file_type_name(file_type, file_types) or (dominant[0][0] if dominant else "unknown")
-    expert_one = expert_bytes / (moe_layers * experts) if experts else 0.0
-    active = dense_elems + round(top_k * per_expert * moe_layers)
-    return ModelGeometry(
-        architecture=arch, layers=layers, moe_layers=moe_layers, hidden=hidden, heads=heads,
-        kv_heads=max(kv_heads) if kv_heads else 0, head_dim=key_len, vocab=vocab, experts_per_layer=experts,
-        top_k=top_k, shared_experts=head.int(llm.EXPERT_SHARED_COUNT, 1 if shared else 0, minimum=0) if experts else 0,
-        expert_params=round(per_expert), dense_params=dense_elems, total_params=dense_elems + expert_elems,
-        active_params_per_token=active, kv_bytes_per_token=kv_per_token,
-        bits_per_weight_experts=8 * expert_bytes / expert_elems if expert_elems else 0.0,
-        bits_per_weight_dense=8 * dense_bytes / dense_elems if dense_elems else 0.0, expert_bytes=expert_one,
-        dense_bytes=float(dense_bytes), weights_bytes=float(dense_bytes + expert_bytes), source=path, quant=quant,
-        embedding_params=vocab * hidden, attention_layers=len(attention), notes=tuple(notes),
-        embedding_bytes=float(roles["embedding"]),
-        output_bytes=float(roles["output"] + (0 if any(t.name == "output.weight" for t in tensors)
-                                              else roles["embedding"])),  # tied: llama.cpp copies the embedding
-        attention_bytes=float(roles["attention"]), ffn_bytes=float(roles["ffn"]))
-
-
-def _role(name: str) -> str:
-    """What a tensor outside the routed experts is, by its GGUF name: the token embedding, the output head (and
-    final norm), a block's FFN part (dense FFN, shared expert, router) or its attention part (everything else)."""
-    if name.startswith("token_embd."):
-        return "embedding"
-    if not BLOCK_TENSOR.match(name):
-        return "output"
-    return "ffn" if re.match(r"^blk\.\d+\.ffn_(?!norm)", name) else "attention"
+    return assemble(tensors=specs, mtp_tensors=mtp, architecture=arch, source=path, quant=quant, layers=layers,
+                    hidden=hidden, heads=heads, kv_heads=kv_max, head_dim=key_len, vocab=vocab, experts=experts,
+                    top_k=top_k,
+                    shared_experts=head.int(llm.EXPERT_SHARED_COUNT, 1 if shared else 0, minimum=0) if experts else 0,
+                    kv_bytes_per_token=kv_per_token, attention_layers=len(attention), notes=notes,
+                    layer_kinds=tuple(kinds), sliding_window=window, value_head_dim=value_len,
+                    kv_bytes_per_layer_f16=per_layer_f16, bytes_from="gguf", **dims)
 
 
 def _open(path: str, gguf: Any) -> Any:
@@ -249,9 +227,12 @@ def _other_shards(path: str, head: _Header, gguf: Any, keys: Any) -> list[Any]:
     return found
 
 
-def _attention_layers(head: _Header, layers: int, kv_heads: list[int], keys: Any, notes: list[str]) -> list[int]:
-    """The layers that keep a per-token KV cache: not those without KV heads (recurrent layers of a hybrid), not
-    Qwen3-Next's linear-attention layers, not the sliding-window layers of a model that also has full ones."""
+def _layer_kinds(head: _Header, layers: int, kv_heads: list[int], keys: Any,
+                 notes: list[str]) -> tuple[list[str], list[int]]:
+    """Each block's kind (full, sliding, linear, mla) and the blocks that keep a per-token KV cache: not those
+    without KV heads (recurrent layers of a hybrid), not Qwen3-Next's linear-attention layers, not the
+    sliding-window layers of a model that also has full ones."""
+    kinds = ["mla" if head.value(keys.Attention.KV_LORA_RANK) is not None else "full"] * layers
     candidates = [i for i in range(layers) if kv_heads[i] > 0]
     if len(candidates) < layers:
         notes.append(f"{layers - len(candidates)} layers without KV heads (recurrent) keep no per-token cache")
@@ -260,6 +241,8 @@ def _attention_layers(head: _Header, layers: int, kv_heads: list[int], keys: Any
         linear = [i for i in candidates if (i + 1) % interval != 0]
         notes.append(f"{len(linear)} linear-attention layers keep a fixed-size state, not a per-token KV cache")
         candidates = [i for i in candidates if (i + 1) % interval == 0]
+    for i in set(range(layers)) - set(candidates):
+        kinds[i] = "linear"
     window = head.value(keys.Attention.SLIDING_WINDOW)
     pattern = head.value(keys.Attention.SLIDING_WINDOW_PATTERN)
     if isinstance(pattern, int) and pattern > 1:  # llama.cpp: layer i slides unless i % pattern == pattern - 1
@@ -270,11 +253,13 @@ def _attention_layers(head: _Header, layers: int, kv_heads: list[int], keys: Any
         sliding = {i for i in candidates if i % 2 == 0}
     else:
         sliding = set()
+    for i in sliding:
+        kinds[i] = "sliding"
     if sliding and len(sliding) < len(candidates):
         notes.append(f"{len(sliding)} sliding-window layers not counted per token: they hold at most "
                      f"{window} tokens each")
         candidates = [i for i in candidates if i not in sliding]
-    return candidates
+    return kinds, candidates
 
 
 def _shares(types: Counter[str]) -> str:

@@ -121,6 +121,15 @@ def _pick(name: str, given: float | None, sources: list[Source], unit: str | Non
     return value
 
 
+def _dense_params(moe: Moe, dense_bytes: float | None, bits: float, sources: list[Source]) -> float | None:
+    """The dense weights' parameters: the model section's own count (a model file's), else their bytes at the
+    experts' bits per weight (the dense weights may be stored at other bits: BF16 attention beside MXFP4 experts)."""
+    if moe.dense_params_b is not None:
+        sources.append(Source("dense_params", moe.dense_params_b * 1e9, "parameters", "scenario"))
+        return moe.dense_params_b * 1e9
+    return None if dense_bytes is None else dense_bytes * 8 / bits
+
+
 def step_specs(e: Engine, moe: Moe, card: GpuType, machine: Machine) -> StepSpecs:
     """The step-cost inputs of engine ``e`` serving ``moe`` on ``card`` in ``machine``, with their sources."""
     s = e.step
@@ -148,7 +157,7 @@ def step_specs(e: Engine, moe: Moe, card: GpuType, machine: Machine) -> StepSpec
     fixed = {name: _pick(name, getattr(s, name), src) for name in FIXED}
     specs = StepSpecs(layers=moe.layers, memory_efficiency=mem_eff, memory_gbps=memory, compute_tflops=compute,
                       layer_s=layer_s,
-                      dense_bytes=dense_bytes, dense_params=None if dense_bytes is None else dense_bytes * 8 / bits,
+                      dense_bytes=dense_bytes, dense_params=_dense_params(moe, dense_bytes, bits, src),
                       expert_bytes=expert_bytes, expert_params=expert_bytes * 8 / bits,
                       kv_bytes_per_token=(moe.kv_kib_per_token or 0.0) * 1024, dense_s_given=s.dense_s,
                       gpu_expert_s_given=s.gpu_expert_s, cpu_expert_s=cpu, fixed=fixed)

@@ -149,7 +149,9 @@ def _scenario(setup: str, machine_spec: dict, model_file: str, model: dict, sour
     if m.get("host") in host_entries():
         host: dict[str, Any] = {"type": m["host"]} | fields
     elif card.get("unified"):  # the CPU side of a unified chip the catalog has no host entry for: its one memory
-        host = {"dram_gbps": card["hbm_gbps"]} | fields
+        # pool; its core count is not known, which costs nothing while every layer runs on the GPU (a run that
+        # computes on the CPU then fails: the host's clock and FLOPs per cycle are not known either)
+        host = {"dram_gbps": card["hbm_gbps"], "cores": 1} | fields
     else:
         raise ScenarioError(source, f"setups.{setup}.machine.host", f"{m.get('host')!r}: not a catalog host")
     if m.get("os", "linux") != "linux":
@@ -243,8 +245,17 @@ def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: st
     try:
         if key not in scenarios:
             scenarios[key] = _scenario(setup, machine_spec, model_file, model, setups_path, backend, vulkan)
+            from sim.llamacpp.setup import placement_model
+
+            entry = scenarios[key].models["m"]
+            placement_model(entry.file, entry.quant, entry.weights_gib)  # the model's tensors can be read
+            for g in scenarios[key].machines["m"].gpus.values():
+                if scenarios[key].gpus[g.type].fp32_tflops is None:
+                    raise ScenarioError(setups_path, f"gpus.{g.type}.fp32_tflops", "not published for this chip "
+                                        "(the catalog entry's note says why): its arithmetic cannot be costed")
     except ScenarioError as exc:
-        return exclude(f"setup not expressible: {exc}")
+        scenarios.pop(key, None)
+        return exclude(f"setup not expressible: {exc.problem if hasattr(exc, 'problem') else exc}")
     settings = row_settings(row) | dict(spec.get("settings") or {}) | dict(source.get("settings") or {}) \
         | dict(row_spec.get("settings") or {})
     if spec.get("build") == "ik_llama.cpp":

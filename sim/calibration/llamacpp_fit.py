@@ -64,10 +64,13 @@ def build(case: Case, params: CostParams) -> Built:
             return Built(case, vram_gib=sum(m.weights for m in cards) / GIB)
         total = sum(m.total for m in cards) / GIB
         return Built(case, vram_gib=total, buffers_gib=total - sum(m.context for m in cards) / GIB)
-    if case.test == "pp":
-        lg = e.prompt_ledger(case.tokens, case.depth, min(s.ubatch_size, s.batch_size))
-    else:
-        lg = e.generate_ledger(case.tokens, case.depth)
+    try:
+        if case.test == "pp":
+            lg = e.prompt_ledger(case.tokens, case.depth, min(s.ubatch_size, s.batch_size))
+        else:
+            lg = e.generate_ledger(case.tokens, case.depth)
+    except SimulationError as exc:
+        return Built(case, error=str(exc))
     return Built(case, ledger=lg.compact())
 
 

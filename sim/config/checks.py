@@ -287,8 +287,10 @@ def _llamacpp_engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem
     from sim.core.errors import ScenarioError as RuleError
 
     try:
-        parse_rules(lc.override_tensor, "", f"{p}.llamacpp.override_tensor", tuple(f"CUDA{i}" for i in
-                                                                                    range(len(m.gpus))))
+        # any backend's names here (CUDA0, ROCm0, Vulkan0, Metal, ...): the engine checks them against its own
+        names = tuple(f"{prefix}{i}" for prefix in ("CUDA", "ROCm", "Vulkan", "SYCL", "OpenCL", "Metal")
+                      for i in range(len(m.gpus))) + (("Metal",) if m.gpus else ())
+        parse_rules(lc.override_tensor, "", f"{p}.llamacpp.override_tensor", names)
     except RuleError as exc:
         errs.append((exc.path, lc.override_tensor, exc.problem))
     if lc.tensor_split is not None and len(lc.tensor_split) != len(m.gpus):

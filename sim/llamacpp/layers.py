@@ -95,18 +95,19 @@ class Mixer:
 def mixers(g: ModelGeometry) -> tuple[Mixer, ...]:
     """Every block's mixer, from the geometry's layer kinds (a geometry without them: every block full attention,
     its KV per token spread over the blocks)."""
-    kinds = tuple(getattr(g, "layer_kinds", ()) or ()) or ("full",) * g.layers
-    window = int(getattr(g, "sliding_window", 0) or 0)
-    hd_k = int(getattr(g, "head_dim_k", 0) or g.head_dim)
-    hd_v = int(getattr(g, "head_dim_v", 0) or g.head_dim)
+    kinds = tuple(g.layer_kinds or ()) or ("full",) * g.layers
+    window = int(g.sliding_window or 0)
+    hd_k = int(g.head_dim)
+    hd_v = int(g.value_head_dim or g.head_dim)
     out = []
     for kind in kinds:
         if kind == "mla":
             lora, rope = int(g.kv_lora_rank), int(g.qk_rope_head_dim)
             out.append(Mixer("mla", g.heads, 1, lora + rope, lora, lora + rope, 0))
         elif kind == "linear":
-            out.append(Mixer("linear", g.heads, 0, 0, 0, 0, 0, state_bytes=float(g.linear_state_bytes),
-                             state_elements=float(g.linear_state_elements)))
+            elements = g.linear_value_heads * g.linear_key_head_dim * g.linear_value_head_dim
+            out.append(Mixer("linear", g.heads, 0, 0, 0, 0, 0, state_bytes=float(g.recurrent_state_bytes),
+                             state_elements=float(elements)))
         else:
             out.append(Mixer(kind, g.heads, g.kv_heads, hd_k, hd_v, g.kv_heads * hd_k, g.kv_heads * hd_v,
                              window if kind == "sliding" else 0))

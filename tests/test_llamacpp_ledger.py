@@ -107,3 +107,18 @@ def test_compacting_merges_repeated_terms_and_keeps_the_seconds():
     assert len(small.term_weight) == 2
     assert math.isclose(small.seconds(values), lg.seconds(values))
     assert small.seconds_by_category(values).keys() == lg.seconds_by_category(values).keys()
+
+
+def test_a_rate_divided_by_a_parameter_costs_in_proportion_to_it():
+    lg = Ledger()
+    lg.term("gpu", [(10.0, ("eff", 4.0)), (6.0, ("eff", 4.0, "half"))])
+    values = {"eff": 0.5, "half": 16.0}
+    assert math.isclose(lg.seconds(values), 10 / 2 + 6 * 16 / 2)
+    comp = CompiledLedgers.of([lg])
+    v = np.array([values[n] for n in comp.names])
+    seconds, grad = comp.seconds_and_gradient(v)
+    assert math.isclose(seconds[0], lg.seconds(values))
+    for j in range(len(v)):
+        step = v.copy()
+        step[j] *= math.exp(1e-6)
+        assert math.isclose(grad[0, j], (comp.seconds(step)[0] - seconds[0]) / 1e-6, rel_tol=1e-4)

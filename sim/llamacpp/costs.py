@@ -41,6 +41,7 @@ from sim.llamacpp.memory import KV_TYPE_BYTES
 from sim.llamacpp.params import CostParams
 from sim.llamacpp.placement import CPU, Placement
 
+VECTOR_ROWS = 8  # rows up to which llama.cpp multiplies with matrix-vector kernels (ggml-cuda MMVQ_MAX_BATCH_SIZE)
 PAGEABLE_DRAM_PASSES = 3  # a pageable copy: the CPU reads the page, writes a pinned staging buffer, the DMA reads it
 
 
@@ -108,6 +109,10 @@ class Hardware:
         if d.is_cpu:
             return self.gemm(device)
         return (self.params.name("flash_attn_efficiency", d.path), d.peak_flops)
+
+    def half_rows(self, device: str) -> str:
+        d = self.devices[device]
+        return self.params.name("gemm_half_rows", "cpu" if d.is_cpu else d.path)
 
     def node(self, device: str) -> str:
         return self.params.name("node_s", self.devices[device].backend)
@@ -298,9 +303,10 @@ class Engine:
         moe_blocks = self._moe_blocks
         for block, role, parts in pl.path:
             for device, nbytes, params in parts:
-                flops, read = 2.0 * params * tokens, nbytes
+                flops, read, weights = 2.0 * params * tokens, nbytes, params
                 if role == "experts":
-                    read = nbytes * _touched(g.experts_per_layer, g.top_k, tokens) / max(g.experts_per_layer, 1)
+                    share = _touched(g.experts_per_layer, g.top_k, tokens) / max(g.experts_per_layer, 1)
+                    read, weights = nbytes * share, params * share
                     flops = 2.0 * params * tokens * g.top_k / max(g.experts_per_layer, 1)
                 run_on = device
                 if device == CPU and offload:
@@ -311,7 +317,7 @@ class Engine:
                 if run_on != here:
                     lg.count("split_s", 1, "split")
                     here = run_on
-                lg.term(self._category(run_on, role), *hw.work(run_on, read, flops, hw.gemm(run_on)))
+                lg.term(self._category(run_on, role), *self._gemm(run_on, read, flops, weights, tokens))
                 lg.count(hw.node(run_on), self._nodes(block, role, moe_blocks), "fixed:nodes")
             if role == "attention":
                 kv_dev = self._kv_device(block)
@@ -327,6 +333,20 @@ class Engine:
         self._io(lg, tokens, 1)
         lg.count(hw.token(self._main()), 1, "fixed:step")
         return lg
+
+    def _gemm(self, device: str, read: float, flops: float, weights: float, tokens: int) -> tuple[list, list, list]:
+        """A prompt's matrix product of ``tokens`` rows against ``weights`` weights (those of the experts it
+        touches) on ``device``: up to ``VECTOR_ROWS`` rows llama.cpp runs its matrix-vector kernels (as a decode
+        step does); above, its matrix kernels, whose fixed work per weight (loading and converting each tile of
+        weights, filling the units' pipelines) costs as much as ``gemm_half_rows`` more rows would: a product of
+        ``r`` rows runs at ``r / (r + half)`` of its path's rate."""
+        hw = self.hw
+        if tokens <= VECTOR_ROWS:
+            return hw.work(device, read, flops, hw.vector(device))
+        reads, arithmetic, cap = hw.work(device, read, flops, hw.gemm(device))
+        channel = hw.gemm(device)
+        arithmetic.append((2.0 * weights, (channel[0], channel[1], hw.half_rows(device))))
+        return reads, arithmetic, cap
 
     def prompt_ledger(self, tokens: int, context: float = 0.0, ubatch: int = 512) -> Ledger:
         """A prompt of ``tokens`` tokens after ``context`` tokens of cache, in ubatches of ``ubatch``: the ``k`` full

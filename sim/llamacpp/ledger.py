@@ -7,7 +7,8 @@ The llama.cpp engine never computes a time directly. It writes what a decode ste
   the reads, the arithmetic and a CPU's thread-limited reads overlap, the longest counts; a copy bound both by the
   link and by host memory);
 - an *addend* is ``amount / rate``, where a *channel* names the rate: a parameter (a share such as
-  ``gpu_memory_efficiency.cuda``, or none) times a spec (the card's bytes/s or FLOP/s);
+  ``gpu_memory_efficiency.cuda``, or none) times a spec (the card's bytes/s or FLOP/s), optionally over a second
+  parameter (a matrix kernel's fixed work per weight, ``gemm_half_rows``, costed as rows at the same rate);
 - *fixed* costs are counts of a parameter in seconds (graph nodes x ``node_s.cuda``, hand-overs x ``split_s``).
 
 The same ledger gives the simulator's step time and, compiled with many others into arrays
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-Channel = tuple[str | None, float]  # (parameter name or None for 1, spec: bytes/s or FLOP/s)
+# (parameter or None for 1, spec: bytes/s or FLOP/s[, a parameter the rate is divided by]): rate = spec x p [/ q]
+Channel = tuple
 GROUPS = 3  # sums a term takes the largest of
 
 
@@ -102,14 +104,15 @@ class Ledger:
 
     def parameters(self) -> set[str]:
         """Every parameter the ledger's rates and fixed costs name."""
-        return {p for p, _ in self.add_channel if p is not None} | set(self.fixed)
+        names = {ch[0] for ch in self.add_channel if ch[0] is not None}
+        return names | {ch[2] for ch in self.add_channel if len(ch) > 2} | set(self.fixed)
 
     def seconds_by_category(self, values: Mapping[str, float]) -> dict[str, float]:
         """Seconds of the work by category under the parameter ``values`` (a term's time goes to its category)."""
         n = len(self.term_weight)
         out: dict[str, float] = {}
         if n:
-            rates = {ch: ch[1] * (values[ch[0]] if ch[0] is not None else 1.0) for ch in set(self.add_channel)}
+            rates = {ch: _rate(ch, values) for ch in set(self.add_channel)}
             per_add = np.array(self.add_amount) / np.array([rates[ch] for ch in self.add_channel])
             slots = np.bincount(GROUPS * np.array(self.add_term) + np.array(self.add_group), weights=per_add,
                                 minlength=GROUPS * n)
@@ -126,12 +129,18 @@ class Ledger:
         return sum(self.seconds_by_category(values).values())
 
 
+def _rate(ch: Channel, values: Mapping[str, float]) -> float:
+    rate = ch[1] * (values[ch[0]] if ch[0] is not None else 1.0)
+    return rate / values[ch[2]] if len(ch) > 2 else rate
+
+
 @dataclass
 class CompiledLedgers:
     """Many ledgers as arrays, evaluated together: ``seconds(values)`` gives each ledger's time."""
 
     names: list[str]  # every parameter any ledger names, sorted
     channel_param: np.ndarray  # per channel: index into names, or -1 for none
+    channel_divisor: np.ndarray  # per channel: index of the parameter its rate is divided by, or -1
     channel_spec: np.ndarray  # per channel: its spec
     add_channel: np.ndarray
     add_amount: np.ndarray
@@ -159,14 +168,16 @@ class CompiledLedgers:
             base += len(lg.term_weight)
             for p, k in lg.fixed.items():
                 fixed[i, index[p]] += k
-        by_index = sorted(channels.items(), key=lambda kv: kv[1])
-        return cls(names, np.array([index[p] if p is not None else -1 for (p, _), _ in by_index], dtype=int),
-                   np.array([s for (_, s), _ in by_index], dtype=float), np.array(add_channel, dtype=int),
+        by_index = [ch for ch, _ in sorted(channels.items(), key=lambda kv: kv[1])]
+        return cls(names, np.array([index[ch[0]] if ch[0] is not None else -1 for ch in by_index], dtype=int),
+                   np.array([index[ch[2]] if len(ch) > 2 else -1 for ch in by_index], dtype=int),
+                   np.array([ch[1] for ch in by_index], dtype=float), np.array(add_channel, dtype=int),
                    np.array(add_amount, dtype=float), np.array(add_slot, dtype=int),
                    np.array(term_weight, dtype=float), np.array(term_ledger, dtype=int), fixed, len(ledgers))
 
     def _per_add(self, values: np.ndarray) -> np.ndarray:
         scale = np.where(self.channel_param >= 0, values[np.maximum(self.channel_param, 0)], 1.0)
+        scale = scale / np.where(self.channel_divisor >= 0, values[np.maximum(self.channel_divisor, 0)], 1.0)
         return self.add_amount / (self.channel_spec * scale)[self.add_channel]
 
     def seconds(self, values: np.ndarray) -> np.ndarray:
@@ -188,10 +199,13 @@ class CompiledLedgers:
         terms = slots[np.arange(n_terms), winner] * self.term_weight
         seconds = np.bincount(self.term_ledger, weights=terms, minlength=self.ledgers) + self.fixed @ values
         term_of_add = self.add_slot // GROUPS
-        param = self.channel_param[self.add_channel]
-        live = (self.add_slot % GROUPS == winner[term_of_add]) & (param >= 0)
+        winning = self.add_slot % GROUPS == winner[term_of_add]
         n = len(self.names)
-        index = self.term_ledger[term_of_add[live]] * n + param[live]
-        grad = -np.bincount(index, weights=per_add[live] * self.term_weight[term_of_add[live]],
-                            minlength=self.ledgers * n).reshape(self.ledgers, n)
-        return seconds, grad + self.fixed * values
+        grad = self.fixed * values
+        for params, sign in ((self.channel_param[self.add_channel], -1.0),
+                             (self.channel_divisor[self.add_channel], 1.0)):
+            live = winning & (params >= 0)
+            index = self.term_ledger[term_of_add[live]] * n + params[live]
+            grad = grad + sign * np.bincount(index, weights=per_add[live] * self.term_weight[term_of_add[live]],
+                                             minlength=self.ledgers * n).reshape(self.ledgers, n)
+        return seconds, grad

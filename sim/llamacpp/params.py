@@ -32,9 +32,15 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "gpu_memory_efficiency": Family(BACKENDS, "fraction", (0.05, 1.0),
                                     "share of a card's memory bandwidth its weight and cache reads get"),
-    "gemm_efficiency": Family(PATHS, "fraction", (0.005, 1.0),
+    "gemm_efficiency": Family(PATHS, "fraction", (0.005, 4.0),
                               "share of the peak of the units a prompt's matrix products run on (a card's dense "
-                              "FP16 matrix throughput, or its FP32 vector throughput on a vector path)"),
+                              "FP16 matrix throughput, or its FP32 vector throughput on a vector path); llama.cpp's "
+                              "quantized kernels multiply in int8 (MMQ, integer dot products), which runs at up to "
+                              "4x the FP16-with-FP32-accumulate figure on GeForce cards, so this can exceed 1"),
+    "gemm_half_rows": Family(PATHS + ("cpu",), "rows", (0.5, 4096.0),
+                             "a matrix kernel's fixed work per weight, as rows of the product: a product of r rows "
+                             "runs at r / (r + this) of the path's rate (tiles loaded and converted, pipelines "
+                             "filled; a routed expert's product has only the rows routed to it)"),
     "flash_attn_efficiency": Family(PATHS, "fraction", (0.005, 1.0),
                                     "share of the path's peak a prompt's flash-attention kernel gets (a scalar "
                                     "Vulkan kernel and a cooperative-matrix one are different kernels)"),
@@ -68,6 +74,7 @@ GLOBALS: dict[str, tuple[str, tuple[float, float], str]] = {  # name -> (unit, b
 DEFAULTS: dict[str, float] = {
     "gpu_memory_efficiency": 0.8,
     "gemm_efficiency": 0.35,
+    "gemm_half_rows": 32.0,
     "flash_attn_efficiency": 0.3,
     "node_s": 4e-6,
     "token_s": 3e-4,

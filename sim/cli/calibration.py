@@ -221,7 +221,7 @@ def calibrate(scenario: str | None, scenario_option: str | None, logs: tuple[str
 @click.option("--domain", "domains", multiple=True, type=click.Choice(["llama.cpp", "loads", "routing",
                                                                         "concurrency"]),
               help="With --public: only these domains (repeatable; default: all).")
-@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--out", "out", type=click.Path(dir_okay=False), default=None,
               help="With --public: the report to write (default: ROOT/docs/fidelity.md).")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="With --public: processes refitting held-out groups in parallel.")
@@ -278,6 +278,15 @@ def _public(root: str, domains: list[str], out: str | None, workers: int, as_jso
     if missing:
         text += "\n## Domains not built\n\n" + "".join(f"- {m}\n" for m in missing)
     atomic_write_text(out, text)
+    for name, rs, _ in results:  # the llama.cpp domain's held-out bands: what sim advise prints its rates with
+        if name == "llama.cpp":
+            import yaml
+
+            from sim.fidelity.llamacpp import BANDS, bands
+
+            atomic_write_text(os.path.join(root, BANDS), f"# Written by {command}: 90% bands of measured / "
+                              "simulated over held-out rows (sim.llamacpp.params.BAND and BAND_WITHIN repeat "
+                              "them)\n" + yaml.safe_dump(bands(rs), sort_keys=False))
     if as_json:
         rows = [{"domain": name, "table": r.observation.table, "row_id": r.observation.row_id,
                  "source": r.observation.source, "group": r.group, "quantity": r.observation.quantity,

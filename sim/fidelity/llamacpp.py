@@ -38,3 +38,30 @@ class LlamaCppDomain:
 
     def predict(self, fitted: CostParams, observations: list[Observation]) -> list[Prediction]:
         return [Prediction(v, why) for v, why in predict([o.key for o in observations], fitted)]
+
+
+BANDS = "calibration/llamacpp_bands.yaml"
+
+
+def bands(results) -> dict[str, dict[str, list[float]]]:
+    """90% bands of measured / simulated over the held-out rows, per test (``band``), and within one source once a
+    measured run anchors the prediction (``band_within``: each source's log ratios less their median). ``sim
+    advise`` prints its predictions with these (sim.llamacpp.params.BAND and BAND_WITHIN repeat them)."""
+    import math
+
+    import numpy as np
+
+    out: dict[str, dict[str, list[float]]] = {"band": {}, "band_within": {}}
+    for test in ("tg", "pp"):
+        rows = [r for r in results if r.observation.quantity == f"{test}_tok_s" and math.isfinite(r.held_out.value)
+                and r.held_out.value > 0]
+        logs = np.log([r.observation.measured / r.held_out.value for r in rows])
+        if not logs.size:
+            continue
+        out["band"][test] = [float(f"{math.exp(q):.4g}") for q in np.percentile(logs, [5, 95])]
+        centred: list[float] = []
+        for source in sorted({r.observation.source for r in rows}):
+            own = np.log([r.observation.measured / r.held_out.value for r in rows if r.observation.source == source])
+            centred += list(own - np.median(own))
+        out["band_within"][test] = [float(f"{math.exp(q):.4g}") for q in np.percentile(centred, [5, 95])]
+    return out

@@ -111,9 +111,11 @@ def _own_names(st, has_pp: bool) -> list[str]:
         d = e.hw.devices[gpu]
         names.insert(0, f"gpu_memory_efficiency.{d.backend}")
         if has_pp:
-            names += [f"gemm_efficiency.{d.path}", "link_share"]
+            family = "matrix_efficiency" if not d.path.endswith("_vector") else "vector_efficiency"
+            names += [f"{family}.{d.path}", f"link_share.{e.hw.os}"]
     elif has_pp:
-        names.append("cpu_flops_efficiency")
+        names.append(f"cpu_flops_efficiency.{e.hw.devices['CPU'].isa}" if e.hw.devices["CPU"].isa else
+                     "cpu_flops_efficiency")
     return names
 
 

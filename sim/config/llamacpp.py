@@ -23,11 +23,17 @@ class LlamaCppCosts(Strict):
     gpu_memory_efficiency: float | None = Field(
         None, ge=MIN_FRACTION, le=1, description="Share of a card's memory bandwidth its weight and KV reads get "
         "(fraction).")
-    gemm_efficiency: float | None = Field(
-        None, ge=MIN_FRACTION, le=1, description="Share of the peak of the units prompt matrix products run on "
-        "(the card's dense FP16 matrix throughput, or its FP32 vector throughput without matrix kernels) (fraction).")
+    matrix_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=4, description="Share of the card's dense FP16 matrix throughput prompt matrix "
+        "products get on its matrix units (int8 kernels can exceed 1) (fraction).")
+    vector_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=4, description="Share of the card's FP32 vector throughput its vector kernels get "
+        "(prompts without matrix kernels, every decode step's arithmetic) (fraction).")
+    gemm_half_rows: float | None = Field(
+        None, gt=0, le=4096, description="A matrix kernel's fixed work per weight, as rows: a product of r rows runs "
+        "at r / (r + this) of its rate (rows).")
     flash_attn_efficiency: float | None = Field(
-        None, ge=MIN_FRACTION, le=1, description="Share of that peak a prompt's flash-attention kernel gets "
+        None, ge=MIN_FRACTION, le=4, description="Share of the path's peak a prompt's flash attention gets "
         "(fraction).")
     node_s: float | None = Field(
         None, ge=0, le=0.01, description="Fixed cost of one compute-graph node the card runs (a kernel launch) (s).")

@@ -73,6 +73,15 @@ PATHS: tuple[str, ...] = ("cuda_matrix", "cuda_vector", "hip_matrix", "hip_vecto
                           "sycl_vector", "opencl_vector")
 
 
+MATRIX_PATHS: tuple[str, ...] = tuple(p for p in PATHS if not p.endswith("_vector"))
+VECTOR_PATHS: tuple[str, ...] = tuple(p for p in PATHS if p.endswith("_vector"))
+
+
+def vector_path(backend: str) -> str:
+    """The vector path of ``backend`` (its kernels without matrix units)."""
+    return f"{backend}_vector"
+
+
 def uses_matrix_units(path: str) -> bool:
     """True when ``path``'s peak is the card's matrix throughput (``tflops``), False for its vector throughput."""
     return not path.endswith("_vector")

@@ -7,10 +7,11 @@ the FFN part outside the routed experts and the routed experts, each on the devi
 never overlap. Every part costs the longer of its reads and its arithmetic on its device:
 
 - a card reads at ``gpu_memory_efficiency.B x hbm_gbps`` (B its backend); its prompt arithmetic runs on the units of
-  its path (:func:`sim.llamacpp.backends.compute_path`) at ``gemm_efficiency.P x`` their peak, a decode step's at
-  ``gemm_efficiency.B_vector x`` its FP32 vector peak, a prompt's flash attention at ``flash_attn_efficiency.B x``
-  the path's peak; bytes the driver moved to shared system memory (:mod:`sim.llamacpp.memory`) are read over the
-  link at ``spill_link_share x`` its rate;
+  its path (:func:`sim.llamacpp.backends.compute_path`) at ``matrix_efficiency.P x`` its dense FP16 matrix peak
+  (or ``vector_efficiency.P x`` its FP32 vector peak on a path without matrix kernels), a decode step's at
+  ``vector_efficiency.B_vector x`` the vector peak, a prompt's flash attention at ``flash_attn_efficiency.P x`` the
+  path's peak (``vector_flash_efficiency`` on a vector path); bytes the driver moved to shared system memory
+  (:mod:`sim.llamacpp.memory`) are read over the link at ``spill_link_share x`` its rate;
 - the CPU reads at ``cpu_memory_efficiency x`` the host's paper DRAM bandwidth, or ``threads x cpu_thread_gbps``
   when fewer threads cannot pull that much, and computes at ``cpu_flops_efficiency x`` its FP32 SIMD peak (cores x
   clock x FLOPs per cycle; ik_llama.cpp's kernels: ``ik_cpu_flops_efficiency``). CPU-held weights a mapping cannot
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from sim.core.errors import SimulationError
+from sim.llamacpp.backends import uses_matrix_units, vector_path
 from sim.llamacpp.graph import OUTPUT_NODES, attention_nodes, ffn_nodes
 from sim.llamacpp.layers import Mixer, mixers
 from sim.llamacpp.ledger import Channel, Ledger
@@ -41,6 +43,10 @@ from sim.llamacpp.memory import KV_TYPE_BYTES
 from sim.llamacpp.params import CostParams
 from sim.llamacpp.placement import CPU, Placement
 
+# HIP on RDNA 3 multiplies a dense (non-expert) product of more rows than this with hipBLAS on dequantized weights,
+# not its int8 kernels (ggml-cuda mmq.cu's RDNA 3 rule; docs/research/llamacpp_internals.md section 6); experts stay
+# on MMQ (64 experts or more)
+HIP_MMQ_ROWS = 128
 VECTOR_ROWS = 8  # rows up to which llama.cpp multiplies with matrix-vector kernels (ggml-cuda MMVQ_MAX_BATCH_SIZE)
 PAGEABLE_DRAM_PASSES = 3  # a pageable copy: the CPU reads the page, writes a pinned staging buffer, the DMA reads it
 
@@ -62,6 +68,7 @@ class Device:
     resident_share: float = 1.0  # CPU: share of its mapped weights that stay in RAM (the rest is re-read from disk)
     disk_bps: float = 0.0  # CPU: the disk the non-resident weights are read from (bytes/s)
     thread_bps: float = 0.0  # CPU: what its threads can pull at most (threads x cpu_thread_gbps, bytes/s; 0: no cap)
+    isa: str = ""  # CPU: its widest vector instruction set (avx2, avx512, neon, ...; "": not known)
 
     @property
     def is_cpu(self) -> bool:
@@ -86,15 +93,21 @@ class Hardware:
             return ("cpu_memory_efficiency", d.memory_bps)
         return (self.params.name("gpu_memory_efficiency", d.backend), d.memory_bps)
 
-    def gemm(self, device: str) -> Channel:
+    def gemm(self, device: str, kind: str = "quant") -> Channel:
+        """The channel of a prompt's matrix products on ``device``; under CUDA and HIP, weights without int8 matrix
+        kernels (``kind`` float or dequant) are multiplied in FP16 by cuBLAS/hipBLAS at ``fp16_matrix_efficiency``."""
         d = self.devices[device]
+        if kind != "quant" and d.backend in ("cuda", "hip") and uses_matrix_units(d.path):
+            return (self.params.name("fp16_matrix_efficiency", d.path), d.peak_flops)
         if d.is_cpu:
             if d.peak_flops <= 0:
                 raise SimulationError("the host CPU's arithmetic is not known (its clock and FLOPs per cycle: a "
                                       "catalog host type gives them, or host.boost_ghz and host.fp32_flops_per_cycle)"
                                       ", and this run computes on the CPU")
-            return ("ik_cpu_flops_efficiency" if self.ik_kernels else "cpu_flops_efficiency", d.peak_flops)
-        return (self.params.name("gemm_efficiency", d.path), d.peak_flops)
+            family = "ik_cpu_flops_efficiency" if self.ik_kernels else "cpu_flops_efficiency"
+            return (self.params.name(family, d.isa) if d.isa else family, d.peak_flops)
+        family = "matrix_efficiency" if uses_matrix_units(d.path) else "vector_efficiency"
+        return (self.params.name(family, d.path), d.peak_flops)
 
     def vector(self, device: str) -> Channel | None:
         """The channel of a decode step's arithmetic on ``device`` (None: a CPU whose peak is not known, whose
@@ -102,13 +115,14 @@ class Hardware:
         d = self.devices[device]
         if d.is_cpu:
             return self.gemm(device) if d.peak_flops > 0 else None
-        return (self.params.name("gemm_efficiency", f"{d.backend}_vector"), d.vector_flops)
+        return (self.params.name("vector_efficiency", vector_path(d.backend)), d.vector_flops)
 
     def flash(self, device: str) -> Channel:
         d = self.devices[device]
         if d.is_cpu:
             return self.gemm(device)
-        return (self.params.name("flash_attn_efficiency", d.path), d.peak_flops)
+        family = "flash_attn_efficiency" if uses_matrix_units(d.path) else "vector_flash_efficiency"
+        return (self.params.name(family, d.path), d.peak_flops)
 
     def half_rows(self, device: str) -> str:
         d = self.devices[device]
@@ -317,7 +331,12 @@ class Engine:
                 if run_on != here:
                     lg.count("split_s", 1, "split")
                     here = run_on
-                lg.term(self._category(run_on, role), *self._gemm(run_on, read, flops, weights, tokens))
+                shares = pl.kernel_shares.get((block, role, device), {"quant": 1.0})
+                if role != "experts" and hw.devices[run_on].backend == "hip" and tokens > HIP_MMQ_ROWS:
+                    shares = {"float" if k == "float" else "dequant": v for k, v in shares.items()}
+                for kind, share in shares.items():
+                    lg.term(self._category(run_on, role), *self._gemm(run_on, read * share, flops * share,
+                                                                      weights * share, tokens, kind))
                 lg.count(hw.node(run_on), self._nodes(block, role, moe_blocks), "fixed:nodes")
             if role == "attention":
                 kv_dev = self._kv_device(block)
@@ -334,7 +353,8 @@ class Engine:
         lg.count(hw.token(self._main()), 1, "fixed:step")
         return lg
 
-    def _gemm(self, device: str, read: float, flops: float, weights: float, tokens: int) -> tuple[list, list, list]:
+    def _gemm(self, device: str, read: float, flops: float, weights: float, tokens: int, kind: str = "quant"
+              ) -> tuple[list, list, list]:
         """A prompt's matrix product of ``tokens`` rows against ``weights`` weights (those of the experts it
         touches) on ``device``: up to ``VECTOR_ROWS`` rows llama.cpp runs its matrix-vector kernels (as a decode
         step does); above, its matrix kernels, whose fixed work per weight (loading and converting each tile of
@@ -343,8 +363,10 @@ class Engine:
         hw = self.hw
         if tokens <= VECTOR_ROWS:
             return hw.work(device, read, flops, hw.vector(device))
-        reads, arithmetic, cap = hw.work(device, read, flops, hw.gemm(device))
-        channel = hw.gemm(device)
+        channel = hw.gemm(device, kind)
+        if kind == "dequant" and channel[0] is not None and channel[0].startswith("fp16_matrix"):
+            read += 4.0 * weights  # dequantized to f16 into the pool, then read by the GEMM
+        reads, arithmetic, cap = hw.work(device, read, flops, channel)
         arithmetic.append((2.0 * weights, (channel[0], channel[1], hw.half_rows(device))))
         return reads, arithmetic, cap
 

@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.llamacpp.backends import BACKENDS, PATHS
+from sim.llamacpp.backends import BACKENDS, MATRIX_PATHS, PATHS, VECTOR_PATHS
+
+ISAS = ("avx2", "avx512", "neon", "sve2", "rvv", "rv64gc")
 
 
 @dataclass(frozen=True)
@@ -32,23 +34,40 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "gpu_memory_efficiency": Family(BACKENDS, "fraction", (0.05, 1.0),
                                     "share of a card's memory bandwidth its weight and cache reads get"),
-    "gemm_efficiency": Family(PATHS, "fraction", (0.005, 4.0),
-                              "share of the peak of the units a prompt's matrix products run on (a card's dense "
-                              "FP16 matrix throughput, or its FP32 vector throughput on a vector path); llama.cpp's "
-                              "quantized kernels multiply in int8 (MMQ, integer dot products), which runs at up to "
-                              "4x the FP16-with-FP32-accumulate figure on GeForce cards, so this can exceed 1"),
+    "matrix_efficiency": Family(MATRIX_PATHS, "fraction", (0.005, 4.0),
+                                "share of a card's dense FP16 matrix throughput a prompt's matrix products get on "
+                                "a path that runs them on its matrix units; llama.cpp's quantized kernels multiply "
+                                "in int8 (MMQ, integer dot products), which runs at up to 4x the FP16-with-FP32-"
+                                "accumulate figure on GeForce cards, so this can exceed 1"),
+    "fp16_matrix_efficiency": Family(("cuda_matrix", "hip_matrix"), "fraction", (0.005, 1.0),
+                                     "share of a card's dense FP16 matrix throughput cuBLAS/hipBLAS get on a "
+                                     "prompt's float weights (F16, BF16) and on types CUDA/HIP have no int8 "
+                                     "kernels for (dequantized to f16 first)"),
+    "vector_efficiency": Family(VECTOR_PATHS, "fraction", (0.005, 4.0),
+                                "share of a card's FP32 vector throughput (without AMD's dual issue) its vector "
+                                "kernels get: a prompt's matrix products on a path without matrix kernels, and every "
+                                "decode step's arithmetic"),
     "gemm_half_rows": Family(PATHS + ("cpu",), "rows", (0.5, 4096.0),
                              "a matrix kernel's fixed work per weight, as rows of the product: a product of r rows "
                              "runs at r / (r + this) of the path's rate (tiles loaded and converted, pipelines "
                              "filled; a routed expert's product has only the rows routed to it)"),
-    "flash_attn_efficiency": Family(PATHS, "fraction", (0.005, 1.0),
-                                    "share of the path's peak a prompt's flash-attention kernel gets (a scalar "
-                                    "Vulkan kernel and a cooperative-matrix one are different kernels)"),
+    "flash_attn_efficiency": Family(MATRIX_PATHS, "fraction", (0.005, 4.0),
+                                    "share of the matrix peak a prompt's flash-attention kernel gets on a path with "
+                                    "matrix kernels"),
+    "vector_flash_efficiency": Family(VECTOR_PATHS, "fraction", (0.005, 4.0),
+                                      "share of the vector peak a prompt's flash-attention kernel gets on a path "
+                                      "without them (a scalar kernel)"),
     "node_s": Family(BACKENDS + ("cpu",), "s", (1e-8, 2e-3),
                      "fixed cost of one graph node the device runs: a kernel launch or dispatch (GPU), a barrier "
                      "of its threads (CPU)"),
     "token_s": Family(BACKENDS + ("cpu",), "s", (1e-6, 0.05),
                       "fixed cost of one step (graph build and upload, synchronisation, sampling)"),
+    "cpu_flops_efficiency": Family(ISAS, "fraction", (0.005, 4.0),
+                                   "share of the CPU's FP32 SIMD peak (cores x clock x FLOPs per cycle) llama.cpp's "
+                                   "quantized CPU kernels get in prompts, by instruction set (its kernels are "
+                                   "written per ISA; integer dot products can exceed the FP32 peak)"),
+    "ik_cpu_flops_efficiency": Family(ISAS, "fraction", (0.005, 4.0),
+                                      "the same with ik_llama.cpp's CPU kernels"),
     "link_share": Family(("linux", "windows", "macos"), "fraction", (0.05, 1.0),
                          "share of the link's rate pageable (mmap) weights cross at when a card computes them for a "
                          "large batch, by operating system (its driver stages pageable copies its own way)"),
@@ -58,12 +77,10 @@ FAMILIES: dict[str, Family] = {
 
 GLOBALS: dict[str, tuple[str, tuple[float, float], str]] = {  # name -> (unit, bounds, meaning)
     "cpu_memory_efficiency": ("fraction", (0.05, 1.0), "share of the host's paper DRAM bandwidth the CPU reads "
-                              "weights at"),
+                              "weights at (one value for llama.cpp's and ik_llama.cpp's kernels: a share per build "
+                              "made the held-out rows worse)"),
+
     "cpu_thread_gbps": ("GB/s", (0.5, 200.0), "DRAM bandwidth one CPU thread pulls"),
-    "cpu_flops_efficiency": ("fraction", (0.005, 1.0), "share of the CPU's FP32 SIMD peak (cores x clock x "
-                             "FLOPs per cycle) llama.cpp's quantized CPU kernels get in prompts"),
-    "ik_cpu_flops_efficiency": ("fraction", (0.005, 2.0), "the same with ik_llama.cpp's CPU kernels (integer dot "
-                                "products can exceed the FP32 peak)"),
     "split_s": ("s", (0.0, 2e-3), "one hand-over of the activations between devices along a step's path"),
     "spill_link_share": ("fraction", (0.005, 1.0), "share of the link's rate a card reads memory the driver moved "
                          "to shared system memory at"),
@@ -73,9 +90,12 @@ GLOBALS: dict[str, tuple[str, tuple[float, float], str]] = {  # name -> (unit, b
 # the fit's values (calibration/llamacpp.yaml), repeated here so a scenario needs no calibration file
 DEFAULTS: dict[str, float] = {
     "gpu_memory_efficiency": 0.8,
-    "gemm_efficiency": 0.35,
+    "matrix_efficiency": 0.8,
+    "vector_efficiency": 0.4,
+    "fp16_matrix_efficiency": 0.6,
     "gemm_half_rows": 32.0,
     "flash_attn_efficiency": 0.3,
+    "vector_flash_efficiency": 0.2,
     "node_s": 4e-6,
     "token_s": 3e-4,
     "context_mib": 350.0,
@@ -117,8 +137,10 @@ def bounds(name: str) -> tuple[float, float]:
 
 
 # scenario override keys (sim.config.llamacpp.LlamaCppCosts) -> the family they set for the engine's own backend
-OVERRIDES = {"gpu_memory_efficiency": "backend", "gemm_efficiency": "path", "flash_attn_efficiency": "path",
-             "node_s": "backend", "token_s": "backend", "context_mib": "backend", "link_share": "os"}
+OVERRIDES = {"gpu_memory_efficiency": "backend", "matrix_efficiency": "path", "vector_efficiency": "path",
+             "flash_attn_efficiency": "path", "vector_flash_efficiency": "path", "gemm_half_rows": "path",
+             "node_s": "backend", "token_s": "backend", "context_mib": "backend", "link_share": "os",
+             "cpu_flops_efficiency": "isa", "ik_cpu_flops_efficiency": "isa"}
 
 
 @dataclass(frozen=True)
@@ -130,7 +152,8 @@ class CostParams:
 
     @classmethod
     def of(cls, overrides: Any = None, backend: str | None = None, path: str | None = None,
-           base: Mapping[str, float] | None = None, os_name: str | None = None) -> CostParams:
+           base: Mapping[str, float] | None = None, os_name: str | None = None, isa: str | None = None
+           ) -> CostParams:
         """``base`` (default: DEFAULTS) with what ``overrides`` (a LlamaCppCosts section, a mapping or None) sets:
         a family's value is set for ``backend`` (or ``path``, or the operating system), a dotted name as it is."""
         values = dict(base if base is not None else DEFAULTS)
@@ -140,7 +163,10 @@ class CostParams:
                 if v is None:
                     continue
                 scope = OVERRIDES.get(k)
-                key = {"backend": backend, "path": path, "os": os_name}.get(scope or "")
+                key = {"backend": backend, "path": path, "os": os_name, "isa": isa}.get(scope or "")
+                if path is not None and path.endswith("_vector"):  # a vector path's own families
+                    k = {"matrix_efficiency": "vector_efficiency",
+                         "flash_attn_efficiency": "vector_flash_efficiency"}.get(k, k)
                 values[f"{k}.{key}" if key else k] = float(v)
         return cls(values)
 

@@ -134,6 +134,19 @@ class Placement:
         return tuple(out)
 
     @cached_property
+    def kernel_shares(self) -> dict[tuple[int, str, str], dict[str, float]]:
+        """Per (block, role, device): the share of its parameters by the kernels a CUDA/HIP prompt multiplies them
+        with (:func:`kernel_class`)."""
+        sums: dict[tuple[int, str, str], dict[str, float]] = {}
+        for t, d in zip(self.model.tensors, self.devices, strict=True):
+            if t.block < 0 or t.params <= 0:
+                continue
+            acc = sums.setdefault((t.block, t.role, d), {})
+            kind = kernel_class(t.qtype)
+            acc[kind] = acc.get(kind, 0.0) + t.params
+        return {k: {kind: p / sum(v.values()) for kind, p in v.items()} for k, v in sums.items()}
+
+    @cached_property
     def blocks_running(self) -> tuple[int, int]:
         """(blocks with a part on the CPU, blocks with a part on a card)."""
         devices: dict[int, set[str]] = {}
@@ -145,6 +158,26 @@ class Placement:
         """Blocks whose routed experts are (mostly) on the CPU."""
         return sum(1 for b, role, parts in self.path if role == "experts"
                    and max(parts, key=lambda x: x[1])[0] == CPU)
+
+
+# GGUF types llama.cpp's CUDA/HIP quantized matrix kernels (MMQ, int8) multiply directly (ggml-cuda mmq.cu,
+# docs/research/llamacpp_internals.md section 6); other quantized types are dequantized to f16 and multiplied by
+# cuBLAS/hipBLAS, as float weights are
+MMQ_TYPES = frozenset({"Q1_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                       "IQ1_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL", "MXFP4",
+                       "NVFP4"})
+FLOAT_TYPES = frozenset({"F16", "BF16", "F32"})
+
+
+def kernel_class(qtype: str) -> str:
+    """``quant`` for a type with int8 matrix kernels, ``float`` for float weights, ``dequant`` for the rest (an
+    unknown type counts as quantized)."""
+    q = (qtype or "").upper()
+    if q in FLOAT_TYPES:
+        return "float"
+    if q in MMQ_TYPES or not q:
+        return "quant"
+    return "dequant"
 
 
 def place(model: ModelTensors, *, n_gpu_layers: int, gpus: tuple[str, ...], split: list[float],

@@ -95,6 +95,15 @@ def gpu_names(scn: Scenario, machine: str, backend: str = "cuda") -> tuple[list[
     return keys, tuple(device_name(backend, i) for i in range(len(keys)))
 
 
+def dual_issue(gpu_type: str) -> float:
+    """How many times a card's published FP32 rate counts each ALU (AMD RDNA 3/4's dual issue counts 2: the catalog's
+    shader_flop_per_clk 4). llama.cpp's vector kernels are not compiled into dual-issue pairs, so they run at the
+    single-issue rate (assumed: the compilers' VOPD pairing is the exception in compute kernels)."""
+    from sim.catalog import gpu_entries
+
+    return float(gpu_entries().get(gpu_type, {}).get("shader_flop_per_clk", 2)) / 2.0
+
+
 def cpu_peak_flops(host, threads: int) -> float:
     """The FP32 SIMD peak (FLOP/s) ``threads`` threads get: one per core, performance cores first (clock x FLOPs per
     cycle each); 0 when the host's clock or SIMD width is not known (a run that computes on the CPU then says so)."""
@@ -125,7 +134,7 @@ def _cpu_device(scn: Scenario, machine: str, threads: int, p: CostParams, ram_re
         disk_bps = float(scn.disks[m.disk].read_gbps) * GB
     resident = 1.0 if cpu_weights <= 0 else min(1.0, max(ram_resident, 0.0) / cpu_weights)
     return Device(CPU, "cpu", paper * GB, peak, peak, thread_bps=threads * p.get("cpu_thread_gbps") * GB,
-                  resident_share=resident if disk_bps > 0 else 1.0, disk_bps=disk_bps)
+                  resident_share=resident if disk_bps > 0 else 1.0, disk_bps=disk_bps, isa=host.isa or "")
 
 
 def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None,
@@ -145,7 +154,7 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
     host = m.host
     os_name = host.os if host is not None else "linux"
     p = params if params is not None else CostParams.of(s.costs, backend=backend, path=paths[0] if paths else None,
-                                                        os_name=os_name)
+                                                        os_name=os_name, isa=host.isa if host is not None else None)
     spec = scn.models[m.engine.model]
     if spec.file is None:
         raise ScenarioError("scenario", f"models.{m.engine.model}.file", "missing: a llama.cpp engine reads its "
@@ -201,6 +210,7 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
         if vector is None:
             raise ScenarioError("scenario", f"gpus.{m.gpus[key].type}.fp32_tflops", "missing: the card's FP32 "
                                 "vector throughput (TFLOP/s) sets its arithmetic without matrix units")
+        vector = vector / dual_issue(m.gpus[key].type)
         peak = card.tflops if uses_matrix_units(path) and card.tflops else vector
         devices[name] = Device(name, backend, card.hbm_gbps * GB, peak * 1e12, vector * 1e12, path,
                                link_info(scn, m, key).gbps * GB, mem.spill_share)

@@ -47,6 +47,9 @@ from sim.llamacpp.placement import CPU, Placement
 # not its int8 kernels (ggml-cuda mmq.cu's RDNA 3 rule; docs/research/llamacpp_internals.md section 6); experts stay
 # on MMQ (64 experts or more)
 HIP_MMQ_ROWS = 128
+# Fixed costs (graph build, kernel launches and dispatches, synchronisation) are the host CPU's work: node_s and
+# token_s are at a core of this clock, and scale with the host's boost clock (GHz)
+REFERENCE_GHZ = 4.0
 VECTOR_ROWS = 8  # rows up to which llama.cpp multiplies with matrix-vector kernels (ggml-cuda MMVQ_MAX_BATCH_SIZE)
 PAGEABLE_DRAM_PASSES = 3  # a pageable copy: the CPU reads the page, writes a pinned staging buffer, the DMA reads it
 
@@ -86,6 +89,7 @@ class Hardware:
     dram: float = float("inf")
     ik_kernels: bool = False  # ik_llama.cpp's CPU kernels
     os: str = "linux"  # the host's operating system (its driver's pageable copies)
+    host_factor: float = 1.0  # REFERENCE_GHZ over the host's boost clock: fixed costs are CPU work (1: not known)
 
     def read(self, device: str) -> Channel:
         d = self.devices[device]
@@ -256,7 +260,8 @@ class Engine:
                     lg.count("split_s", 1, "split")
                     here = device
                 lg.term(self._category(device, role), *hw.work(device, read, flops, hw.vector(device)))
-                lg.count(hw.node(device), self._nodes(block, role, moe_blocks), "fixed:nodes")
+                lg.count(hw.node(device), self._nodes(block, role, moe_blocks) * hw.host_factor,
+                         "fixed:nodes")
             if role == "attention":
                 kv_dev = self._kv_device(block)
                 if kv_dev != here:
@@ -268,7 +273,7 @@ class Engine:
                     lg.term(self._category(kv_dev, "scores"), hw.reads(kv_dev, scores))
         self._output(lg, here, batch)
         self._io(lg, batch, batch)
-        lg.count(hw.token(self._main()), 1, "fixed:step")
+        lg.count(hw.token(self._main()), hw.host_factor, "fixed:step")
         return lg
 
     @cached_property
@@ -304,7 +309,7 @@ class Engine:
             lg.count("split_s", 1, "split")
         lg.term(self._category(out, "output"), *hw.work(out, out_t.bytes, 2.0 * out_t.params * tokens,
                                                           hw.vector(out)))
-        lg.count(hw.node(out), OUTPUT_NODES, "fixed:nodes")
+        lg.count(hw.node(out), OUTPUT_NODES * hw.host_factor, "fixed:nodes")
 
     def ubatch_ledger(self, tokens: int, context: float) -> Ledger:
         """The work of one ubatch of ``tokens`` prompt tokens after ``context`` tokens of cache."""
@@ -337,7 +342,8 @@ class Engine:
                 for kind, share in shares.items():
                     lg.term(self._category(run_on, role), *self._gemm(run_on, read * share, flops * share,
                                                                       weights * share, tokens, kind))
-                lg.count(hw.node(run_on), self._nodes(block, role, moe_blocks), "fixed:nodes")
+                lg.count(hw.node(run_on), self._nodes(block, role, moe_blocks) * hw.host_factor,
+                         "fixed:nodes")
             if role == "attention":
                 kv_dev = self._kv_device(block)
                 if kv_dev != here:
@@ -350,7 +356,7 @@ class Engine:
                     lg.term(self._category(kv_dev, "scores"), hw.reads(kv_dev, scores))
         self._output(lg, here, 1)  # llama-bench and a server's prompt want the last token's logits
         self._io(lg, tokens, 1)
-        lg.count(hw.token(self._main()), 1, "fixed:step")
+        lg.count(hw.token(self._main()), hw.host_factor, "fixed:step")
         return lg
 
     def _gemm(self, device: str, read: float, flops: float, weights: float, tokens: int, kind: str = "quant"

@@ -12,7 +12,7 @@ from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError, SimulationError
 from sim.core.units import GB, GIB
 from sim.llamacpp.backends import compute_path, default_backend, device_name, flash_attn_auto, uses_matrix_units
-from sim.llamacpp.costs import Device, Engine, Hardware
+from sim.llamacpp.costs import REFERENCE_GHZ, Device, Engine, Hardware
 from sim.llamacpp.layers import mixers
 from sim.llamacpp.memory import DeviceMemory, device_memory, out_of_memory
 from sim.llamacpp.params import CostParams
@@ -215,7 +215,8 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
         devices[name] = Device(name, backend, card.hbm_gbps * GB, peak * 1e12, vector * 1e12, path,
                                link_info(scn, m, key).gbps * GB, mem.spill_share)
     hw = Hardware(devices, p, names[0] if names else None, dram=(host.paper_gbps or 0.0) * GB if host else 0.0,
-                  ik_kernels=s.build == "ik_llama.cpp", os=os_name)
+                  ik_kernels=s.build == "ik_llama.cpp", os=os_name,
+                  host_factor=REFERENCE_GHZ / host.boost_ghz if host is not None and host.boost_ghz else 1.0)
     engine = Engine(placement, hw, s.cache_type_k, s.cache_type_v, s.kv_offload, s.op_offload, s.offload_min_batch,
                     pinned_host=not s.mmap and bool(names), flash_attn=flash)
     return LlamaSetup(machine, s, m.engine.model, tensors, memory, engine, threads, os_name, notes, backend)

@@ -47,8 +47,10 @@ def scenario_dict(spec: MachineSpec, model_file: str, quant: str | None, setting
     if file_gib:
         model["weights_gib"] = file_gib
     key = model_key(model_file)
-    machine: dict[str, Any] = {"host": host, "gpus": gpus,
-                               "engine": {"model": key, "gpu": "gpu0", "llamacpp": dict(settings)}}
+    engine: dict[str, Any] = {"model": key, "llamacpp": dict(settings)}
+    if gpus:
+        engine["gpu"] = "gpu0"
+    machine: dict[str, Any] = {"host": host, "gpus": gpus, "engine": engine}
     out: dict[str, Any] = {"name": name, "models": {key: model}, "machines": {"box": machine}}
     if bench:
         out["bench"] = {"machine": "box"} | bench

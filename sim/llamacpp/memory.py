@@ -18,8 +18,9 @@ an output, against a full cache): the peak of the tensors alive at once, not the
   logits and gate, up and the GLU for every selected expert (``3 x inner x top_k x ubatch``) plus the experts'
   outputs (``hidden x top_k x ubatch``),
 
-plus, with op offload on (mainline llama.cpp), a copy of the largest weight tensor left in host memory: a prompt's
-ops on it run on the card, which receives the tensor into its compute buffer (ik_llama.cpp does not stage it there).
+or, with op offload on (mainline llama.cpp), the largest weight tensor left in host memory with the activations of
+the op it feeds: a prompt's ops on it run on the card, which receives the tensor into its compute buffer (ik_llama.cpp
+does not stage it there); plus the hidden states that live across the phases (``4 x ubatch x hidden`` floats).
 The CPU's (``CUDA_Host``) compute buffer holds the graph inputs built on the CPU: the embedded tokens (``hidden x
 ubatch`` floats) and the f32 mask (``cells x ubatch``); the CPU's own phases too when it runs blocks.
 
@@ -130,10 +131,15 @@ def compute_buffer_bytes(placement: Placement, mixers: tuple[Mixer, ...], device
         own = _phases(placement, mixers, CPU, ubatch=ubatch, ctx_size=ctx_size, flash_attn=flash_attn,
                       cache_type_k=cache_type_k, backend="cpu", sequences=sequences) if runs else 0.0
         return inputs + own
-    if not runs:
+    if not runs and not staged_bytes:
         return 0.0
-    return _phases(placement, mixers, device, ubatch=ubatch, ctx_size=ctx_size, flash_attn=flash_attn,
-                   cache_type_k=cache_type_k, backend=backend, sequences=sequences) + staged_bytes
+    peak = _phases(placement, mixers, device, ubatch=ubatch, ctx_size=ctx_size, flash_attn=flash_attn,
+                   cache_type_k=cache_type_k, backend=backend, sequences=sequences)
+    if staged_bytes:  # the received weight and the activations of the op it feeds live together
+        k = max(g.top_k, 1)
+        inner = g.expert_params / (3 * g.hidden) if g.expert_params else 0.0
+        peak = max(peak, staged_bytes + (g.experts_per_layer + 3 * inner * k + g.hidden * k) * ubatch * F32)
+    return HIDDEN_STATES * ubatch * g.hidden * F32 + peak
 
 
 def staged_tensor_bytes(placement: Placement) -> float:
@@ -166,7 +172,7 @@ def device_memory(placement: Placement, mixers: tuple[Mixer, ...], *, ctx_size: 
         if device == CPU:
             compute += placement.model.geometry.vocab * max(sequences, 1) * F32  # the output buffer
         weights = placement.bytes_on(device)
-        used = device == CPU or weights > 0 or kv > 0
+        used = device == CPU or weights > 0 or kv > 0 or (first_card and staged > 0)
         context = context_mib.get(device, 0.0) * MIB if device != CPU and used else 0.0
         out.append(DeviceMemory(device, weights, kv, compute if used else 0.0, context,
                                 None if device == CPU else free_bytes[device]))

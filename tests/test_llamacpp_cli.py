@@ -136,6 +136,24 @@ def test_logs_reads_llama_bench_outputs_and_fit_offload_fits_to_them(tmp_path):
     assert r.exit_code == 2 and "--scenario" in r.output
 
 
+@pytest.mark.parametrize("model, quant, machine", [
+    (QWEN, "Q4_K_M", ["--gpu", "rtx4060ti_16gb", "--host", "ryzen7_9700x"]),
+    (QWEN, "Q4_K_M", MACHINE),
+    (OSS120, "MXFP4_MOE", ["--gpu", "rtx4090", "--host", "ryzen9_7950x", "--ram-gib", "96"]),
+])
+def test_every_placement_advise_recommends_loads_in_sim_llama(model, quant, machine):
+    r = invoke("advise", "--model", model, "--quant", quant, *machine, "--json", "--top", "3")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    commands = {"llama-server -m model.gguf " + c["flags"] for key in ("tg", "pp", "mix") for c in doc["best"][key]}
+    assert commands
+    for command in sorted(commands):
+        run = invoke("llama", command, "--model", model, "--quant", quant, *machine, "--json")
+        assert run.exit_code == 0, (command, run.output[-500:])
+        rows = json.loads(run.output)["bench"]
+        assert all(not row.get("error") for row in rows), (command, rows)
+
+
 def test_validate_claims_the_held_out_setups():
     r = invoke("validate", "--only", "offload", "--json")
     assert r.exit_code == 0, r.output

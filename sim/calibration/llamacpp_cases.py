@@ -175,13 +175,24 @@ def _scenario(setup: str, machine_spec: dict, model_file: str, model: dict, sour
     if gpus:
         engine["gpu"] = "gpu0"
     machine: dict[str, Any] = {"host": host, "gpus": gpus, "engine": engine}
-    if m.get("disk"):
+    if m.get("disk"):  # the disk mapped weights that do not stay resident are read from, by llama.cpp's mmap
         machine["disk"] = "disk"
+        machine["loader"] = {"kind": "llamacpp_mmap" if llama.get("mmap", True) else "llamacpp_no_mmap"}
     raw: dict[str, Any] = {"name": f"llamabench-{setup}", "models": {"m": entry}, "machines": {"m": machine}}
     if m.get("disk"):
         raw["disks"] = {"disk": dict(m["disk"])}
     fill_defaults(raw, source)
     return validate(raw, source)
+
+
+def _cannot_cost(case: Case) -> str:
+    """Why the run cannot be costed whatever the parameters (the host's arithmetic unknown and the CPU computes),
+    or "" when it can."""
+    from sim.calibration.llamacpp_fit import build
+    from sim.llamacpp.params import PRIORS, CostParams
+
+    b = build(case, CostParams(dict(PRIORS)))
+    return b.error if "arithmetic is not known" in b.error else ""
 
 
 def read_cases(root: str, tables: tuple[str, ...] = TABLES) -> CaseTable:
@@ -250,12 +261,17 @@ def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: st
             entry = scenarios[key].models["m"]
             placement_model(entry.file, entry.quant, entry.weights_gib)  # the model's tensors can be read
             for g in scenarios[key].machines["m"].gpus.values():
-                if scenarios[key].gpus[g.type].fp32_tflops is None:
+                card = scenarios[key].gpus[g.type]
+                if card.fp32_tflops is None:
                     raise ScenarioError(setups_path, f"gpus.{g.type}.fp32_tflops", "not published for this chip "
                                         "(the catalog entry's note says why): its arithmetic cannot be costed")
+                if card.matrix_units not in (None, "none") and card.tflops is None and backend != "cpu":
+                    raise ScenarioError(setups_path, f"gpus.{g.type}.tflops", f"its {card.matrix_units} matrix "
+                                        "units' throughput is not published (the catalog entry's note says why): a "
+                                        "prompt's matrix products cannot be costed")
     except ScenarioError as exc:
         scenarios.pop(key, None)
-        return exclude(f"setup not expressible: {exc.problem if hasattr(exc, 'problem') else exc}")
+        return exclude(f"setup not expressible: {exc.path}: {exc.problem}")
     settings = row_settings(row) | dict(spec.get("settings") or {}) | dict(source.get("settings") or {}) \
         | dict(row_spec.get("settings") or {})
     if spec.get("build") == "ik_llama.cpp":
@@ -284,6 +300,10 @@ def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: st
             exclude(f"{quantity}: the test's length is not stated")
             continue
         case = Case(quantity=quantity, measured=measured, tokens=int(tokens), label=label, **common)
+        why = _cannot_cost(case)
+        if why:
+            exclude(f"{quantity}: {why}")
+            continue
         if quantity == "tg_tok_s" and lengths.get("tg_depth") is not None:
             case.depth = int(lengths["tg_depth"])
         out.cases.append(case)

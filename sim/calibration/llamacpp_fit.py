@@ -11,7 +11,8 @@ Two steps, both over the training cases only:
    prompt-kernel path) is its pooled value times ``exp(delta)``, and every ``delta`` carries a prior
    ``delta / PRIOR_SD`` (partial pooling): a backend measured a lot moves away from the pool as far as its runs ask,
    one measured a little stays near it, one not measured at all gets the pooled value. Pooled values carry a wide
-   prior around the package defaults, so parameters no run informs stay physical.
+   prior around :data:`sim.llamacpp.params.PRIORS` (values chosen before any fit, where every fit also starts), so
+parameters no run informs stay physical and a held-out source's refit never sees the shipped fit.
 
 Nothing is fitted per setup, card or row.
 """
@@ -27,7 +28,7 @@ from sim.calibration.llamacpp_cases import Case
 from sim.core.errors import SimulationError
 from sim.core.units import GIB, MIB
 from sim.llamacpp.ledger import CompiledLedgers, Ledger
-from sim.llamacpp.params import ASSUMED, DEFAULTS, FAMILIES, CostParams, bounds
+from sim.llamacpp.params import ASSUMED, FAMILIES, PRIORS, CostParams, bounds
 
 PRIOR_SD = 0.5  # log sd of a backend's (or path's) departure from its family's pooled value
 POOL_SD = 1.5  # log sd of a pooled value around the package default
@@ -135,7 +136,7 @@ def fit_speed(cases: list[Case], base: CostParams, max_evaluations: int = 60, we
     members = [n for n in free if _split(n)[1] is not None]
     lookup = base.lookup()
     start_pool = np.log([lookup[p] for p in pooled])
-    default_pool = np.log([DEFAULTS.get(p, lookup[p]) for p in pooled])
+    default_pool = np.log([PRIORS.get(p, lookup[p]) for p in pooled])
     start_delta = np.array([math.log(lookup[n]) - math.log(lookup[_split(n)[0]]) for n in members])
     pool_index = {p: i for i, p in enumerate(pooled)}
     member_family = np.array([pool_index[_split(n)[0]] for n in members], dtype=int)
@@ -198,7 +199,7 @@ def fit_speed(cases: list[Case], base: CostParams, max_evaluations: int = 60, we
 def fit(cases: list[Case], base: CostParams | None = None, max_evaluations: int = 60,
         weights: str = "row") -> SpeedFit:
     """Memory, then speed, on ``cases`` (module docstring)."""
-    base = base or CostParams()
+    base = base or CostParams(dict(PRIORS))
     memory = fit_memory(cases, base)
     return fit_speed(cases, memory, max_evaluations, weights)
 

@@ -148,9 +148,10 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
     backend = machine_backend(scn, machine, s)
     keys, names = gpu_names(scn, machine, backend)
     cards = [scn.gpus[m.gpus[k].type] for k in keys]
-    paths = [compute_path(backend, c.vendor, getattr(c, "matrix_units", None) or ("tensor_core" if c.tflops else
-                                                                                  "none"), s.vulkan_matrix)
-             for c in cards]
+    # a card whose matrix throughput is not published is costed on its vector units (Intel publishes XMX in INT8
+    # only): the path follows what can be costed
+    paths = [compute_path(backend, c.vendor, (c.matrix_units or "tensor_core") if c.tflops else "none",
+                          s.vulkan_matrix) for c in cards]
     host = m.host
     os_name = host.os if host is not None else "linux"
     p = params if params is not None else CostParams.of(s.costs, backend=backend, path=paths[0] if paths else None,

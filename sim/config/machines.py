@@ -63,7 +63,10 @@ class HostCosts(Strict):
         "convert on the CPU: machines.M.loader.converts).")
     python_s_per_tensor: float = Field(0.0, ge=0, le=1,
         description="Per-tensor work of a Python loader (s): open the tensor's view, the weight loader's narrow and "
-        "copy_ call, the allocation (safetensors, vllm, fastsafetensors' collectives, Run:ai's iterator).")
+        "copy_ call, the allocation (safetensors, vllm, Run:ai's iterator).")
+    fastsafetensors_s_per_tensor: float = Field(0.0, ge=0, le=1,
+        description="Per-tensor work of fastsafetensors (s): wrapping each tensor of its device buffer, its "
+        "broadcast or scatter to the other ranks.")
     native_s_per_tensor: float = Field(0.0, ge=0, le=1,
         description="Per-tensor work of a C/C++ loader (s): llama.cpp's tensor_set, InstantTensor's scheduling.")
 

@@ -49,8 +49,10 @@ class LoaderPath:
     pageable: bool  # the copy to the GPU goes from pageable memory (through the driver's staging copy)
     overlap: str  # how stages overlap: serial, reads, uploads or pipelined (sim.lab.loading.GROUPS)
     linux_request_scale: float = 1.0  # posix_fadvise(SEQUENTIAL) doubles Linux's read-around
+    linux_queue_depth: int | None = None  # requests in flight under Linux, when its readahead adds one
     unified_in_place: bool = False  # on unified memory the mapping is used in place (no copy)
-    code: str = "python"  # python | native: which per-tensor cost of loading.host the kind pays
+    touches_in_place: bool = False  # pages used in place are mapped during the load all the same
+    code: str = "python"  # python | fastsafetensors | native: which per-tensor cost of loading.host the kind pays
     threads: int = 1  # threads one rank copies with (loading.host.copy_gbps_per_thread each)
     rank_reads: str = "shard"  # per tensor-parallel rank: its shard, all (the whole checkpoint) or files (its own)
     rank_tensors: str = "all"  # per rank: all (every rank iterates every tensor) or share (its own tensors)
@@ -68,27 +70,31 @@ PATHS: dict[str, LoaderPath] = {
     # bounce buffers and copy each to the GPU (docs/research/loaders.md, 3); ranks read distinct files, then every
     # tensor is broadcast or scattered in a collective all ranks join
     "fastsafetensors": LoaderPath("read", 16 * 1024, 16, copies_gpu=1, copies_cpu=1, pageable=False,
-                                  overlap="pipelined", threads=16, rank_reads="files"),
+                                  overlap="pipelined", code="fastsafetensors", threads=16, rank_reads="files"),
     # with GPUDirect Storage: cuFileRead from the file straight into GPU memory, past the page cache
     "fastsafetensors_gds": LoaderPath("direct", 16 * 1024, 16, copies_gpu=0, copies_cpu=0, pageable=False,
-                                      overlap="pipelined", threads=16, rank_reads="files"),
+                                      overlap="pipelined", code="fastsafetensors", threads=16, rank_reads="files"),
     # mmap with posix_fadvise(SEQUENTIAL): twice the read-around on Linux; GPU tensors copied from the mapping one
-    # tensor_set at a time, CPU tensors used in place (docs/research/loaders.md, 1-2)
+    # tensor_set at a time, CPU tensors used in place; every page is mapped within its load time all the same: by
+    # MAP_POPULATE on Linux, by the warm-up run its load time ends with elsewhere (docs/research/loaders.md, 1.1, 1.4)
     "llamacpp_mmap": LoaderPath("mmap", None, 1, copies_gpu=0, copies_cpu=0, pageable=True, overlap="serial",
-                                linux_request_scale=2.0, unified_in_place=True, code="native"),
+                                linux_request_scale=2.0, unified_in_place=True, touches_in_place=True,
+                                code="native"),
     # --no-mmap: serial 1 MiB reads into 4 pinned staging buffers, up to 3 uploads in flight; CPU tensors read into
-    # their own buffers (one copy out of the page cache either way)
+    # their own buffers (one copy out of the page cache either way). Under Linux a sequential read() keeps the next
+    # window in flight (mm/readahead.c: async_size = size), two requests at once (docs/research/loaders.md, 2)
     "llamacpp_no_mmap": LoaderPath("read", 1024, 1, copies_gpu=1, copies_cpu=1, pageable=False, overlap="uploads",
-                                   code="native"),
+                                   code="native", linux_queue_depth=2),
     # --direct-io (llama.cpp PR #18012): O_DIRECT reads of up to 64 MiB, one at a time, into 4 pinned buffers
     # uploaded asynchronously; host tensors through an aligned bounce buffer and a memcpy (docs/research/loaders.md,
     # 1.2-1.3)
     "llamacpp_direct_io": LoaderPath("direct", 64 * 1024, 1, copies_gpu=0, copies_cpu=1, pageable=False,
                                      overlap="uploads", code="native"),
     # Run:ai Model Streamer through vLLM: its threads read the files (16 threads of 2 MiB reads from a file system
-    # by default, runai-model-streamer docs/src/env-vars.md) into a CPU buffer, then vLLM's weight loader copies each tensor to the GPU from that pageable buffer; every rank streams
-    # the whole checkpoint (weight_utils.runai_safetensors_weights_iterator: stream_files(hf_weights_files) on
-    # every rank), reads overlapping the copies
+    # by default, runai-model-streamer docs/src/env-vars.md) into a CPU buffer, then vLLM's weight loader copies
+    # each tensor to the GPU from that pageable buffer; every rank streams the whole checkpoint
+    # (weight_utils.runai_safetensors_weights_iterator: stream_files(hf_weights_files) on every rank), reads
+    # overlapping the copies
     "runai_streamer": LoaderPath("read", 2 * 1024, 16, copies_gpu=1, copies_cpu=1, pageable=True, overlap="reads",
                                  threads=16, rank_reads="all"),
     # InstantTensor: direct I/O into pinned buffers, pipelined with the copies to the GPU (docs/benchmark.md of
@@ -135,17 +141,19 @@ def stage_costs(scn: Scenario, machine: Machine) -> StageCosts:
     mmap = getattr(scn.loading.mmap, os_name)
     scale = path.linux_request_scale if os_name == "linux" else 1.0
     request_kib = ld.request_kib or path.request_kib or mmap.request_kib * scale
-    per_tensor = ld.s_per_tensor if ld.s_per_tensor is not None else (
-        host.native_s_per_tensor if path.code == "native" else host.python_s_per_tensor)
+    per_tensor = ld.s_per_tensor if ld.s_per_tensor is not None else getattr(host, f"{path.code}_s_per_tensor")
     return StageCosts(
         disk.read_gbps, disk.latency_s, ld.s_per_gb or 0.0,
         per_tensor,
         request_bytes=request_kib * KIB,
-        queue_depth=ld.queue_depth or (mmap.queue_depth if path.read == "mmap" else path.queue_depth),
+        queue_depth=ld.queue_depth or (mmap.queue_depth if path.read == "mmap" else
+                                       path.linux_queue_depth or path.queue_depth if os_name == "linux" else
+                                       path.queue_depth),
         stream_gbps=stream,
         readers=ld.readers, copy_gbps=copy_gbps, copies_gpu=path.copies_gpu, copies_cpu=path.copies_cpu,
         pageable=path.pageable, hit_s_per_gb=mmap.hit_s_per_gb if path.read == "mmap" else 0.0,
         direct=path.read == "direct", overlap=path.overlap, unified_in_place=path.unified_in_place,
+        touch_in_place=path.touches_in_place,
         threads=ld.threads or path.threads, host_cap_gbps=host_cap_gbps(scn, machine),
         convert_s_per_gb=1.0 / host.convert_gbps_per_thread if ld.converts else 0.0,
         rank_reads=path.rank_reads, rank_tensors=path.rank_tensors)

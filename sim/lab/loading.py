@@ -130,7 +130,9 @@ def stage_times(plan: ChunkPlan, costs: StageCosts, cached: np.ndarray) -> Stage
     gpu_copies = costs.copies_gpu + (1 if costs.pageable else 0)
     copies = np.where(crosses, costs.copies_gpu, np.where(unified, gpu_copies, costs.copies_cpu))
     per_gb = costs.loader_s_per_gb + copies * costs.copy_s_per_gb
-    touched = crosses | (copies > 0)  # a mapped page used in place (kept in host RAM) is not read at load
+    touched = crosses | (copies > 0)  # a mapped page used in place (kept in host RAM) is not read at load,
+    if costs.touch_in_place:  # unless the loader maps every page within the load (llama.cpp)
+        touched = np.ones_like(touched)
     per_gb = per_gb + np.where(miss | ~touched, 0.0, costs.hit_s_per_gb)
     staging = costs.copy_s_per_gb if costs.pageable else 0.0  # the driver's copy into its pinned buffer
     if costs.readers > 1:  # what each tensor-parallel rank reads, and what it keeps (sim.lab.ranks)

@@ -42,6 +42,7 @@ class StageCosts:
     direct: bool = False  # direct I/O: the page cache is bypassed
     overlap: str | None = None  # serial, reads, uploads or pipelined (loading.GROUPS); None: the scenario's
     unified_in_place: bool = False  # unified memory uses the mapped file in place (llama.cpp on Metal)
+    touch_in_place: bool = False  # mapped pages used in place are mapped during the load (MAP_POPULATE, warm-up)
     threads: int = 1  # threads one reader copies with, each at copy_gbps
     host_cap_gbps: float = math.inf  # most every copy of every reader gets together (GB/s of payload)
     convert_s_per_gb: float = 0.0  # a CPU dtype conversion pass on one thread (s/GB of input; 0: no conversion)

@@ -17,9 +17,19 @@ docs/research/loaders.md.
 - ``fastsafetensors_gds``: GPUDirect Storage: the file read straight into GPU memory, past the page cache (a warm
   load is as slow as a cold one).
 - ``llamacpp_mmap``: llama.cpp's default: the file is mapped; tensors bound for a GPU are copied from the mapping
-  (pageable), tensors kept on the CPU are used in place (only their pages are read in).
+  (pageable), tensors kept on the CPU are used in place (their pages are read in and mapped all the same).
 - ``llamacpp_no_mmap``: ``--no-mmap``: ``read()`` into buffers (host tensors into their own, GPU tensors through
   pinned staging buffers uploaded asynchronously while the next is read).
+- ``llamacpp_direct_io``: ``--direct-io``: O_DIRECT reads of 64 MiB into pinned buffers, past the page cache.
+- ``runai_streamer``: Run:ai Model Streamer through vLLM: 16 threads read the files into a CPU buffer, each tensor is
+  then copied to the GPU from it; every tensor-parallel rank streams the whole checkpoint.
+- ``instanttensor``: direct I/O into pinned buffers pipelined with the copies to the GPU; ranks read their own files.
+
+The host's share of a load (:mod:`sim.lab.loading`) is a property of the kind's code, not of one machine's DRAM:
+its copies run on ``threads`` threads at ``loading.host.copy_gbps_per_thread`` each, every copy of every rank at
+most ``loading.copy_share_of_dram`` of the host's paper DRAM bandwidth; each tensor costs the kind's code path
+(``loading.host.<python|fastsafetensors|native>_s_per_tensor``); a loader that converts the dtype on the CPU pays
+a pass at ``loading.host.convert_gbps_per_thread``. What tensor-parallel ranks share: :mod:`sim.lab.ranks`.
 """
 
 from __future__ import annotations

@@ -627,3 +627,14 @@ def loso_summary(rows: list[LosoRow] | None = None) -> dict[str, Any]:
             "sources": {s: {"rows": len(per[s]), "median_abs_error": v} for s, v in sources.items()},
             "worst": [{"row_id": r.row_id, "source": r.source, "quantity": r.quantity, "measured": r.measured,
                        "predicted": r.predicted, "error": r.error, "mechanism": r.mechanism} for r in worst]}
+
+
+def main() -> None:
+    """``python -m sim.fidelity.loads``: the leave-one-source-out summary as JSON (a few minutes)."""
+    import json
+
+    print(json.dumps(loso_summary(), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -11,7 +11,7 @@ from typing import Protocol
 from sim.config.links import link_info
 from sim.core.text import WIDTH, number, plural, table, unit_of, wrap, wrap_all
 from sim.lab.loaders import composition, stage_costs
-from sim.lab.startup import startup
+from sim.lab.startup import VLLM_KINDS, VLLM_PHASES, startup, vllm_phases
 from sim.runner import RunResult
 
 
@@ -71,8 +71,12 @@ def startup_lines(res: RunResult) -> list[str]:
                      f"{hot.weights_s:.2f}", f"{cold.total_s:.2f}", f"{hot.total_s:.2f}"])
     head = [["machine", "loader", "process", "GPU ctx", "KV", "warm-up", "weights", "weights", "start", "start"],
             ["", "", "s", "s", "s", "s", "cold s", "hot s", "cold s", "hot s"]]
+    vllm = [f"  {p.machine} (cold), as vLLM logs it: " + "; ".join(
+                f"{VLLM_PHASES[k].split('%')[0].strip()} {v:.2f} s"
+                for k, v in vllm_phases(startup(scn.machines[p.machine], p.cold.wall_s)).items())
+            for p in res.probes if scn.machines[p.machine].loader.kind in VLLM_KINDS]
     return [f"Start-up of a server with {res.probes[0].model} (the phases of its log)",
-            *table(rows, head, "llrrrrrrrr"), ""]
+            *table(rows, head, "llrrrrrrrr"), *vllm, ""]
 
 
 def job_lines(res: RunResult) -> list[str]:

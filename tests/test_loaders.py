@@ -113,14 +113,123 @@ def test_mmap_faults_read_slower_than_large_reads_and_no_mmap_copies_once_more()
     assert stage_costs(scn, read).copies_gpu == stage_costs(scn, mmap).copies_gpu + 1
 
 
-def test_more_readers_never_load_slower_and_the_disk_caps_them():
-    times = []
-    for readers in (1, 2, 4, 64):
-        scn, m = machine_with("vllm", readers=readers)
-        times.append(load_s(scn, m, warm=False))
-    assert times == sorted(times, reverse=True)
-    scn, m = machine_with("vllm", readers=64)
-    assert stage_costs(scn, m).disk_gbps_effective() == 3.0
+def ranks_load_s(kind: str, ranks: int, warm: bool, gb: float = 32.0, tensors: int = 0, host: dict | None = None,
+                 link: float = 25.0, **loader) -> float:
+    """A load of ``gb`` GB with ``ranks`` tensor-parallel ranks on one machine (a GPU each, one disk)."""
+    raw = tiny_scenario()
+    raw["disks"]["d"] = {"read_gbps": 3.0, "latency_s": 80e-6}
+    raw["machines"]["box"]["loader"] = {"kind": kind, "readers": ranks, **loader}
+    raw["machines"]["box"]["gpus"] = {f"g{i}": {"type": "card", "slot_gen": 4, "slot_lanes": 16,
+                                                "measured_link_gbps": link} for i in range(ranks)}
+    if host is not None:
+        raw["machines"]["box"]["host"] = host
+    scn = validate(raw, "t")
+    m = scn.machines["box"]
+    targets = memory_targets(scn, m)
+    plan = loading.plan_chunks("f", gb * GB, tensors=tensors, chunk_bytes=256 * MIB, targets=targets,
+                               free_bytes=[gb * GB / ranks] * ranks)
+    return lone_load_s(scn, stage_costs(scn, m), plan, np.full(plan.n, warm))
+
+
+@pytest.mark.parametrize("kind", ["vllm", "safetensors", "runai_streamer", "fastsafetensors", "instanttensor",
+                                  "llamacpp_no_mmap"])
+def test_more_ranks_on_one_disk_never_load_faster_cold_than_the_disk_allows(kind):
+    """Ranks share one disk: a cold load never beats the disk's bandwidth however many ranks read, and when one
+    rank already gets the disk's bandwidth and the host and links cost nothing, more ranks are no faster."""
+    for ranks in (1, 2, 4, 8, 64):
+        assert ranks_load_s(kind, ranks, warm=False) >= 32.0 / 3.0 * (1 - 1e-12), (kind, ranks)
+    free = {"copy_gbps": 1e6, "s_per_tensor": 0.0, "queue_depth": 4096, "link": 1e6}  # the disk is the only cost
+    one = ranks_load_s(kind, 1, warm=False, **free)
+    assert one == pytest.approx(32.0 / 3.0, rel=1e-4)
+    for ranks in (2, 4, 8):
+        assert ranks_load_s(kind, ranks, warm=False, **free) == pytest.approx(one, rel=1e-4), (kind, ranks)
+
+
+def test_a_four_rank_warm_load_is_not_faster_than_the_page_cache_allows():
+    """Warm, the bytes come from the page cache through the host's DRAM: four ranks that each stream the whole
+    checkpoint (Run:ai through vLLM) copy four times the bytes through one host and load slower than one rank;
+    ranks reading their shards (vLLM's default loader) never beat the host's copy of the checkpoint once."""
+    host = {"dram": "DDR4", "mt_s": 3200, "channels": 2}  # 51.2 GB/s on paper: copies of all ranks at ~15.8 GB/s
+    cap = 0.309 * 51.2
+    one = ranks_load_s("runai_streamer", 1, warm=True, host=host)
+    four = ranks_load_s("runai_streamer", 4, warm=True, host=host)
+    assert four > one
+    assert four >= 4 * 32.0 / cap * (1 - 1e-9)  # four ranks each copy every byte once through the host
+    for ranks in (1, 2, 4, 8):
+        assert ranks_load_s("vllm", ranks, warm=True, host=host) >= 32.0 / cap * (1 - 1e-9)  # the staging copies
+
+
+def test_every_rank_pays_every_tensor_when_it_iterates_every_tensor():
+    """vLLM's default loader: every rank iterates every tensor, so the per-tensor work does not shrink with ranks;
+    InstantTensor's ranks each handle their own files and tensors."""
+    many = dict(tensors=50_000, s_per_tensor=1e-3, copy_gbps=1e6, queue_depth=4096, link=1e5)
+    base = ranks_load_s("vllm", 1, warm=True, **many) - ranks_load_s("vllm", 1, warm=True, **{**many, "tensors": 0})
+    assert base == pytest.approx(50.0, rel=1e-6)
+    for ranks in (2, 8):
+        with_t = ranks_load_s("vllm", ranks, warm=True, **many)
+        assert with_t - ranks_load_s("vllm", ranks, warm=True, **{**many, "tensors": 0}) == pytest.approx(50.0,
+                                                                                                         rel=1e-6)
+    share = ranks_load_s("instanttensor", 8, warm=True, **many) - ranks_load_s("instanttensor", 8, warm=True,
+                                                                                **{**many, "tensors": 0})
+    assert share < 50.0 / 4
+
+
+def test_the_per_tensor_cost_grows_with_the_tensor_count_and_comes_from_the_code_path():
+    raw = tiny_scenario(models__m16={"weights_gib": 16})
+    raw["loading"]["host"] = {"python_s_per_tensor": 2e-4, "native_s_per_tensor": 1e-5}
+    for kind, per_tensor in (("vllm", 2e-4), ("llamacpp_no_mmap", 1e-5)):
+        raw["machines"]["box"]["loader"] = {"kind": kind, "copy_gbps": 10.0}
+        scn = validate(raw, "t")
+        m = scn.machines["box"]
+        costs = stage_costs(scn, m)
+        assert costs.loader_s_per_tensor == per_tensor
+        targets = memory_targets(scn, m)
+        times = []
+        for tensors in (0, 1_000, 20_000):
+            plan = loading.plan_chunks("m16", 16 * GB, tensors=tensors, chunk_bytes=256 * MIB, targets=targets,
+                                       free_bytes=[t.capacity_bytes for t in targets])
+            times.append(lone_load_s(scn, costs, plan, np.ones(plan.n, dtype=bool)))
+        assert times[0] < times[1] < times[2]
+        if composition(scn, costs) == "serial":
+            assert times[2] - times[0] == pytest.approx(20_000 * per_tensor)
+
+
+def test_a_cpu_dtype_conversion_costs_a_pass_over_the_bytes():
+    scn, m = machine_with("vllm", converts=True)
+    scn0, m0 = machine_with("vllm")
+    assert load_s(scn, m, warm=True) - load_s(scn0, m0, warm=True) == pytest.approx(
+        8.0 / scn.loading.host.convert_gbps_per_thread)
+
+
+def test_tensor_counts_come_from_the_geometry():
+    from sim.lab.tensors import checkpoint_tensors
+    from sim.modelfiles import read_hf_config
+
+    qwen = read_hf_config(os.path.join(CALIBRATION, "models", "qwen3-30b-a3b.json"), "BF16")
+    assert checkpoint_tensors(qwen) == 18867  # vLLM PR #52462 counts 18,867 tensors
+    assert checkpoint_tensors(qwen, "gguf") == 48 * 12 + 3  # a GGUF merges a layer's experts into three tensors
+    llama = read_hf_config(os.path.join(CALIBRATION, "models", "llama-3.1-8b.json"), "BF16")
+    assert checkpoint_tensors(llama) == 32 * 9 + 3
+    with pytest.raises(ValueError):
+        checkpoint_tensors(qwen, "onnx")
+
+
+def test_vllm_loaders_report_their_start_up_under_vllms_log_names():
+    from sim.lab.startup import VLLM_PHASES, startup_metrics
+
+    raw = tiny_scenario()
+    raw["machines"]["box"]["loader"] = {"kind": "vllm", "copy_gbps": 10.0}
+    raw["machines"]["box"]["startup"] = {"kv_alloc_s": 3.0, "compile_s": 20.0, "graph_capture_s": 5.0,
+                                         "warmup_s": 1.0, "process_s": 2.0}
+    m = validate(raw, "t").machines["box"]
+    out = startup_metrics("box", m, cold_s=12.0, hot_s=4.0)
+    assert out["startup.box.vllm.loading_weights_s"] == 12.0
+    assert out["startup.box.vllm.init_engine_s"] == pytest.approx(3.0 + 20.0 + 1.0 + 5.0)
+    assert out["startup.box.cold_s"] == pytest.approx(2.0 + 12.0 + 3.0 + 1.0 + 20.0 + 5.0)
+    assert {f"startup.box.vllm.{k}" for k in VLLM_PHASES} <= set(out)
+    raw["machines"]["box"]["loader"] = {"kind": "llamacpp_mmap", "copy_gbps": 10.0}
+    m = validate(raw, "t").machines["box"]
+    assert not any(".vllm." in k for k in startup_metrics("box", m, 12.0, 4.0))  # other engines: no vLLM names
 
 
 def test_start_up_phases_count_in_the_dispatchers_estimate_and_in_the_run():
@@ -158,17 +267,17 @@ def test_model_size_dependence_comes_from_the_fixed_start_and_the_bytes():
 
 
 KINDS = ("generic", "safetensors", "vllm", "vllm_prefetch", "fastsafetensors", "fastsafetensors_gds", "llamacpp_mmap",
-         "llamacpp_no_mmap")
+         "llamacpp_no_mmap", "llamacpp_direct_io", "runai_streamer", "instanttensor")
 
 
 @settings(max_examples=60, deadline=None)
 @given(kind=st.sampled_from(KINDS), warm=st.booleans(), gb=st.floats(0.5, 40),
        read=st.floats(0.02, 20), latency=st.floats(0, 0.05), copy=st.floats(1, 50), faster=st.floats(1, 4),
        stream=st.floats(0.01, 20),
-       knob=st.sampled_from(["read", "latency", "copy", "depth", "readers", "link", "stream"]))
+       knob=st.sampled_from(["read", "latency", "copy", "depth", "link", "stream"]))
 def test_a_faster_disk_host_or_link_never_loads_slower(kind, warm, gb, read, latency, copy, faster, stream, knob):
-    """Metamorphic: more bandwidth, less latency, more requests in flight, a faster stream or more readers never
-    lengthen a load, whatever the loader's kind, the page cache and the model's size."""
+    """Metamorphic: more bandwidth, less latency, more requests in flight or a faster stream never lengthen a load,
+    whatever the loader's kind, the page cache and the model's size (more ranks can: sim.lab.ranks)."""
 
     def load(read_gbps, latency_s, copy_gbps, depth, readers, link, stream_gbps):
         raw = tiny_scenario()
@@ -189,8 +298,6 @@ def test_a_faster_disk_host_or_link_never_loads_slower(kind, warm, gb, read, lat
         better["copy_gbps"] = copy * faster
     elif knob == "depth":
         better["depth"] = int(1 + faster)
-    elif knob == "readers":
-        better["readers"] = int(1 + faster)
     elif knob == "link":
         better["link"] = 10.0 * faster
     else:

@@ -28,13 +28,16 @@ from sim.lab.loaders import PATHS, copy_bandwidth, lone_load_s, stage_costs
 from sim.lab.resources import memory_targets
 from sim.lab.startup import fixed_s
 
-QUANTITIES = ("direct_read_gbps", "h2d_pinned_gbps", "h2d_pageable_gbps", "read_gbps_during_load", "start_s")
+QUANTITIES = ("direct_read_gbps", "copy_gbps", "h2d_pinned_gbps", "h2d_pageable_gbps", "read_gbps_during_load",
+              "start_s")
 # Where each kind of parameter starts and the physical range it may take (the fit works in logs). Latency starts
 # high, where the requests (not the disk's bandwidth) limit the rate and the rate moves with it.
 START = {"read_gbps": 2.0, "stream_gbps": 1.0, "latency_s": 0.1, "hit_s_per_gb": 0.1, "copy_gbps": 10.0,
+         "copy_gbps_per_thread": 10.0,
          "process_s": 1.0, "gpu_context_s": 0.5, "kv_alloc_s": 1.0, "warmup_s": 1.0, "efficiency": 0.8}
 BOUNDS = {"read_gbps": (1e-3, 100.0), "stream_gbps": (1e-3, 100.0), "latency_s": (1e-7, 1.0),
-          "hit_s_per_gb": (1e-6, 100.0), "copy_gbps": (0.1, 1000.0), "process_s": (1e-3, 3600.0),
+          "hit_s_per_gb": (1e-6, 100.0), "copy_gbps": (0.1, 1000.0), "copy_gbps_per_thread": (0.1, 1000.0),
+          "process_s": (1e-3, 3600.0),
           "gpu_context_s": (1e-3, 600.0), "kv_alloc_s": (1e-3, 3600.0), "warmup_s": (1e-3, 7200.0),
           "efficiency": (0.05, 0.999)}
 
@@ -134,6 +137,8 @@ def _machine(scn: Scenario, row: Row):
 def predict(scn: Scenario, row: Row) -> float:
     """What the mechanism gives for ``row`` (the row's unit)."""
     m = _machine(scn, row)
+    if row.quantity == "copy_gbps":
+        return copy_bandwidth(scn, m)
     if row.quantity in ("h2d_pinned_gbps", "h2d_pageable_gbps"):
         link = link_info(scn, m, next(iter(m.gpus))).gbps
         if row.quantity == "h2d_pinned_gbps":
@@ -225,7 +230,8 @@ def _with(raw: dict, values: dict[str, float], source: str) -> dict:
     return r
 
 
-UNITS = {"read_gbps": "GB/s", "latency_s": "s", "hit_s_per_gb": "s/GB", "process_s": "s", "efficiency": "fraction"}
+UNITS = {"read_gbps": "GB/s", "latency_s": "s", "hit_s_per_gb": "s/GB", "process_s": "s", "efficiency": "fraction",
+         "copy_gbps_per_thread": "GB/s"}
 
 
 def calibration_yaml(result: LoadsFit, scenario: str, table: str, out_file: str | None) -> str:

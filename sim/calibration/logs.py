@@ -15,7 +15,12 @@ Formats are detected per line; several entries run together on one line are all 
   ``llama_print_timings:`` or ``print_timings:`` prefixes, log timestamps, and llama-server's ``draft acceptance
   rate`` line;
 - vLLM periodic statistics (``Avg prompt throughput: ... tokens/s, Avg generation throughput: ... tokens/s, Running:
-  <n> reqs, Waiting|Pending: <n> reqs, GPU KV cache usage: <%>, Prefix cache hit rate: <%>``), v0 and v1.
+  <n> reqs, Waiting|Pending: <n> reqs, GPU KV cache usage: <%>, Prefix cache hit rate: <%>``), v0 and v1;
+- vLLM's start-up phases as its source prints them (``Loading weights took <s> seconds``, ``Model loading took <GiB>
+  GiB and <s> seconds``, ``Dynamo bytecode transform time: <s> s``, ``Compiling a graph for ... takes <s> s``,
+  ``Directly load the compiled graph(s) ... took <s> s``, ``torch.compile takes <s> s in total``, ``Graph capturing
+  finished in <s> secs, took <GiB> GiB``, ``init engine (profile, create kv cache, warmup model) took <s> seconds``
+  and their newer forms): one start-up fact each, counted per phase (``LogTable.phases``).
 
 Lines are paired only within one request block: consecutive lines of one source (a llama.cpp block ends at a
 line of another format or prefix, a blank line, a line not understood or a new request's start); a half whose other
@@ -61,6 +66,8 @@ from sim.calibration.logs_patterns import (
     STRATA_START,
     VLLM_FIELDS,
     VLLM_PERCENT,
+    VLLM_PHASE_LINES,
+    VLLM_PHASE_STARTS,
     VLLM_PREFIX_LINE,
     VLLM_SPEC,
     VLLM_SPEC_RATE,
@@ -133,7 +140,8 @@ class LogTable:
     columns) always count them."""
 
     rows: list[dict] = field(default_factory=list)
-    facts: list[dict] = field(default_factory=list)  # start-up lines: placement, slots, link probe
+    facts: list[dict] = field(default_factory=list)  # start-up lines: placement, slots, link probe, vLLM phases
+    phases: dict[str, int] = field(default_factory=dict)  # vLLM start-up phase lines read, per phase
     lines: int = 0
     not_understood: int = 0
     examples: list[tuple[str, int, str, str | None]] = field(default_factory=list)  # (file, line, text, reason)
@@ -333,7 +341,41 @@ class _Reader:
             return True
         return self._vllm(text, where)
 
+    def _vllm_phase(self, text: str, where: str) -> bool:
+        """A vLLM start-up phase line (``Loading weights took``, ``init engine ... took``, ...): a fact with the
+        phase and its seconds (and GiB or compilation seconds where the line gives them), counted per phase."""
+        found: tuple[str, re.Match] | None = None
+        for phase, rx in VLLM_PHASE_LINES.items():
+            m = rx.search(text)
+            if m is not None:
+                found = (phase, m)
+                break
+        if found is None:
+            for phase, (head, tail) in VLLM_PHASE_STARTS.items():
+                h = head.search(text)
+                m = None if h is None else tail.search(text, h.end())
+                if m is not None:
+                    found = (phase, m)
+                    break
+        if found is None:
+            return False
+        phase, m = found
+        groups = m.groupdict()
+        fact = {"engine": "vllm", "line": where, "kind": "phase", "phase": phase, "seconds": _f(groups["s"])}
+        if groups.get("gib") is not None:
+            fact["gib"] = _f(groups["gib"])
+        if groups.get("compile") is not None:
+            fact["compilation_s"] = _f(groups["compile"])
+        if fact["seconds"] is None:
+            raise OutOfRange(f"{phase} without a finite number of seconds")
+        self.switch("vllm")
+        self.t.facts.append(_check_fact(fact))
+        self.t.phases[phase] = self.t.phases.get(phase, 0) + 1
+        return True
+
     def _vllm(self, text: str, where: str) -> bool:
+        if self._vllm_phase(text, where):
+            return True
         starts = [m.start() for m in VLLM_STATS.finditer(text)]
         if starts:
             self.switch("vllm")

@@ -150,6 +150,9 @@ def summary_lines(t: Any) -> list[str]:
                                                                           + values[len(values) // 2]) / 2
                 parts.append(f"{label} median {mid:.4g} ({values[0]:.4g}-{values[-1]:.4g})")
         out.append("  " + "; ".join(parts))
+    phases = getattr(t, "phases", None)
+    if phases:
+        out.append("  vLLM start-up phases: " + ", ".join(f"{k} {n:,}" for k, n in sorted(phases.items())))
     for f in t.facts:
         out.append("  start-up: " + ", ".join(f"{k}={v}" for k, v in f.items() if v is not None))
     for name, number, text, *reason in t.examples:

@@ -57,3 +57,26 @@ VLLM_SPEC_RATE = re.compile(rf"Draft acceptance rate:\s*(?P<v>{NUM}|nan)(?P<pct>
 LOADED_PART = re.compile(rf"([\w-]+)=\s*({NUM})\s*GiB")
 LLAMA_IDS = re.compile(r"\b(?:id_slot|id_task|id|task|slot)\s*[=:]?\s*(\d+)")
 VLLM_PERCENT = ("kv_usage", "prefix_hit_rate")
+# vLLM's start-up phases, as its source prints them (docs/research/loaders.md 4; sim.lab.startup.VLLM_PHASES):
+# "Loading weights took %.2f seconds", "Model loading took %.4f GiB and %.6f seconds" (newer: "%s GiB memory and"),
+# "Dynamo bytecode transform time: %.2f s", "Compiling a graph for ... takes %.2f s", "Directly load the compiled
+# graph(s) for ... from the cache, took %.3f s", "torch.compile takes %.2f s in total" (newer: "took"), "Graph
+# capturing finished in %.0f secs, took %.2f GiB", "init engine (profile, create kv cache, warmup model) took %.2f
+# seconds" (newer: "... took %.2f s (compilation: %.2f s)")
+VLLM_PHASE_LINES = {
+    "loading_weights_s": re.compile(rf"Loading weights took\s+(?P<s>{NUM})\s*seconds"),
+    "model_loading_s": re.compile(rf"Model loading took\s+(?P<gib>{NUM})\s*GiB(?:\s+memory)?\s+and\s+"
+                                  rf"(?P<s>{NUM})\s*(?:seconds|s)\b"),
+    "dynamo_s": re.compile(rf"Dynamo bytecode transform time:\s*(?P<s>{NUM})\s*s\b"),
+    "torch_compile_s": re.compile(rf"torch\.compile (?:takes|took)\s+(?P<s>{NUM})\s*s in total"),
+    "graph_capturing_s": re.compile(rf"Graph capturing finished in\s+(?P<s>{NUM})\s*secs?"
+                                    rf"(?:,\s*took\s+(?P<gib>{NUM})\s*GiB)?"),
+    "init_engine_s": re.compile(rf"init engine (?:\(profile, create kv cache, warmup model\) )?took\s+(?P<s>{NUM})\s*"
+                                rf"(?:seconds|s)\b(?:\s*\(compilation:\s*(?P<compile>{NUM})\s*s\))?"),
+}
+# two-step phases: the line's literal start, then its seconds after it (no unbounded gap inside one pattern)
+VLLM_PHASE_STARTS = {
+    "compile_graph_s": (re.compile(r"Compiling a graph for "), re.compile(rf"\btakes\s+(?P<s>{NUM})\s*s\b")),
+    "cached_graph_s": (re.compile(r"Directly load the compiled graph\(s\) for "),
+                       re.compile(rf"\btook\s+(?P<s>{NUM})\s*s\b")),
+}

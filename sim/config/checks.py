@@ -89,10 +89,6 @@ def _machine(s: Scenario, name: str, m: Machine) -> list[Problem]:
         errs += _need(f"{p}.disk", m.disk, s.disks, "a disk")
         if m.loader.s_per_gb is None and m.loader.kind == "generic":
             errs.append((f"{p}.loader.s_per_gb", None, CALIBRATED))
-        if m.loader.copy_gbps is None and m.loader.kind != "generic" and (m.host is None or
-                                                                          m.host.paper_gbps is None):
-            errs.append((f"{p}.loader.copy_gbps", None, CALIBRATED + " (or the host's dram_gbps, or channels and "
-                         "mt_s)"))
     if m.engine is not None:
         errs += _engine(s, m, f"{p}.engine", m.engine)
     for gname, g in m.gpus.items():

@@ -50,6 +50,27 @@ class MmapByOs(Strict):
     macos: MacosMmap = MacosMmap()
 
 
+class HostCosts(Strict):
+    """What a loader's code path costs the host CPU, shared across machines (sim.lab.loaders: which kind runs which
+    path on how many threads). Fitted by `sim fit-loads` and the loads fidelity domain (sim.fidelity.loads)."""
+
+    copy_gbps_per_thread: float = Field(10.0, ge=MIN_GBPS, le=MAX_GBPS,
+        description="One thread's copy of a large buffer (GB/s of payload): a tensor read out of the page cache, the "
+        "driver's staging copy of a pageable host-to-GPU copy. A property of a CPU core, not of the DRAM channels; "
+        "used when machines.M.loader.copy_gbps is not given.")
+    convert_gbps_per_thread: float = Field(2.0, ge=MIN_GBPS, le=MAX_GBPS,
+        description="One thread's CPU dtype conversion (GB/s of input): BF16 to F16, a dequantization (loaders that "
+        "convert on the CPU: machines.M.loader.converts).")
+    python_s_per_tensor: float = Field(0.0, ge=0, le=1,
+        description="Per-tensor work of a Python loader (s): open the tensor's view, the weight loader's narrow and "
+        "copy_ call, the allocation (safetensors, vllm, Run:ai's iterator).")
+    fastsafetensors_s_per_tensor: float = Field(0.0, ge=0, le=1,
+        description="Per-tensor work of fastsafetensors (s): wrapping each tensor of its device buffer, its "
+        "broadcast or scatter to the other ranks.")
+    native_s_per_tensor: float = Field(0.0, ge=0, le=1,
+        description="Per-tensor work of a C/C++ loader (s): llama.cpp's tensor_set, InstantTensor's scheduling.")
+
+
 class LoadingConfig(Strict):
     composition: Literal["serial", "pipelined"] = Field(
         "serial",
@@ -64,9 +85,11 @@ class LoadingConfig(Strict):
                            "the mmap kinds).")
     copy_share_of_dram: float = Field(
         0.309, ge=MIN_FRACTION, le=1,
-        description="A loader's host copy bandwidth as a share of the host's paper DRAM bandwidth, when "
-        "machines.M.loader.copy_gbps is not given (fraction). BV-3070Ti: numpy.copyto 17.78 GB/s on dual-channel "
-        "DDR4-3600 (57.6 GB/s), calibration/public_loads.csv.")
+        description="Most a machine's host copies get all at once (every thread of every rank), as a share of the "
+        "host's paper DRAM bandwidth, when machines.M.loader.copy_gbps is not given (fraction; no cap when the "
+        "host's DRAM is not stated). BV-3070Ti: numpy.copyto 17.78 GB/s on dual-channel DDR4-3600 (57.6 GB/s).")
+    host: HostCosts = Field(HostCosts(), description="The host CPU's costs per byte and per tensor by loader code "
+                            "path (shared across machines).")
 
 
 class Disk(Strict):
@@ -185,7 +208,7 @@ class Host(Strict):
 
 
 LoaderKind = Literal["generic", "safetensors", "vllm", "vllm_prefetch", "fastsafetensors", "fastsafetensors_gds",
-                     "llamacpp_mmap", "llamacpp_no_mmap"]
+                     "llamacpp_mmap", "llamacpp_no_mmap", "llamacpp_direct_io", "runai_streamer", "instanttensor"]
 
 
 class Loader(Strict):
@@ -210,8 +233,13 @@ class Loader(Strict):
     queue_depth: int | None = Field(None, ge=1, le=4096,
         description="Disk requests each reader keeps in flight. Default: the kind's.")
     readers: int = Field(1, ge=1, le=64,
-        description="Readers loading at once (tensor-parallel ranks each reading its shard): they share the disk "
-        "and the host's copy bandwidth, each GPU keeps its own link.")
+        description="Tensor-parallel ranks loading at once: they share the disk, the page cache and the host's "
+        "copies; each rank reads what its kind reads per rank (sim.lab.ranks), each GPU keeps its own link.")
+    threads: int | None = Field(None, ge=1, le=1024,
+        description="Copy threads of one rank (fastsafetensors' max_threads, Run:ai's concurrency). Default: the "
+        "kind's.")
+    converts: bool = Field(False, description="The loader converts the weights' dtype on the CPU (a BF16 "
+                           "checkpoint served as F16 through a blocking copy_: PyTorch converts on the CPU).")
 
 
 class Startup(Strict):
@@ -222,6 +250,9 @@ class Startup(Strict):
         description="Driver context creation per GPU (s; one GPU on unified memory).")
     kv_alloc_s: float = Field(0.0, ge=0, le=3600, description="KV cache allocation and profiling (s).")
     warmup_s: float = Field(0.0, ge=0, le=7200, description="Graph capture, compilation or warm-up run (s).")
+    compile_s: float = Field(0.0, ge=0, le=7200,
+        description="vLLM's torch.compile (Dynamo and Inductor, or loading the compiled graphs from the cache) (s).")
+    graph_capture_s: float = Field(0.0, ge=0, le=7200, description="vLLM's CUDA graph capture (s).")
     source: str = Field("", description="Where the phase times come from.")
 
 

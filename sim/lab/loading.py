@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.core.units import GB
+from sim.lab import ranks
 from sim.lab.resources import MemoryTarget, StageCosts
 
 
@@ -107,9 +108,11 @@ def stage_times(plan: ChunkPlan, costs: StageCosts, cached: np.ndarray) -> Stage
     - disk: a miss (every chunk under direct I/O) reads at the loader's effective disk rate
       (:meth:`StageCosts.disk_gbps_effective`); the generic loader pays ``latency_s`` once per chunk instead;
     - loader: the host's work per byte and per tensor, its copies (a byte that crosses a link to a GPU and a byte
-      kept in host or unified memory may be copied a different number of times) at ``copy_gbps``, the driver's
-      staging copy of a byte copied to a GPU from pageable memory, and mapping the cached pages the loader reads
-      (mmap hits; pages used in place are not read at load);
+      kept in host or unified memory may be copied a different number of times) at ``copy_gbps`` per thread, the
+      driver's staging copy of a byte copied to a GPU from pageable memory, mapping the cached pages the loader
+      reads (mmap hits; pages used in place are not read at load) and a CPU dtype conversion when the loader
+      converts; with several readers (tensor-parallel ranks), one rank's share of that work, at least what the
+      host's copies of all ranks allow (:func:`sim.lab.ranks.rank_loader_s`);
     - link: bytes over the link.
     Unified memory and bytes kept in host RAM cross no link.
     """
@@ -127,11 +130,20 @@ def stage_times(plan: ChunkPlan, costs: StageCosts, cached: np.ndarray) -> Stage
     gpu_copies = costs.copies_gpu + (1 if costs.pageable else 0)
     copies = np.where(crosses, costs.copies_gpu, np.where(unified, gpu_copies, costs.copies_cpu))
     per_gb = costs.loader_s_per_gb + copies * costs.copy_s_per_gb
-    touched = crosses | (copies > 0)  # a mapped page used in place (kept in host RAM) is not read at load
+    touched = crosses | (copies > 0)  # a mapped page used in place (kept in host RAM) is not read at load,
+    if costs.touch_in_place:  # unless the loader maps every page within the load (llama.cpp)
+        touched = np.ones_like(touched)
     per_gb = per_gb + np.where(miss | ~touched, 0.0, costs.hit_s_per_gb)
     staging = costs.copy_s_per_gb if costs.pageable else 0.0  # the driver's copy into its pinned buffer
-    per_gb = per_gb + np.where(crosses, staging, 0.0)
-    loader = gb * per_gb + plan.tensors * (costs.loader_s_per_tensor / costs.readers)
+    if costs.readers > 1:  # what each tensor-parallel rank reads, and what it keeps (sim.lab.ranks)
+        kept_gb = np.where(crosses, staging, 0.0) + costs.convert_s_per_gb
+        staged = np.where(crosses, 1 if costs.pageable else 0, 0)
+        loader = ranks.rank_loader_s(gb, per_gb, kept_gb, copies, staged, plan.tensors, costs)
+    else:
+        per_gb = per_gb + np.where(crosses, staging, 0.0)
+        if costs.convert_s_per_gb:  # a CPU pass over every byte converted (blocking copy_ converts on the CPU)
+            per_gb = per_gb + costs.convert_s_per_gb
+        loader = gb * per_gb + plan.tensors * costs.loader_s_per_tensor
     link = gb / rates
     if costs.readers > 1 and crosses.any():  # readers copy to their own GPUs at once
         link = link * parallel_link_share(plan.target[crosses], link[crosses], costs.readers)

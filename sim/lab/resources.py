@@ -42,6 +42,12 @@ class StageCosts:
     direct: bool = False  # direct I/O: the page cache is bypassed
     overlap: str | None = None  # serial, reads, uploads or pipelined (loading.GROUPS); None: the scenario's
     unified_in_place: bool = False  # unified memory uses the mapped file in place (llama.cpp on Metal)
+    touch_in_place: bool = False  # mapped pages used in place are mapped during the load (MAP_POPULATE, warm-up)
+    threads: int = 1  # threads one reader copies with, each at copy_gbps
+    host_cap_gbps: float = math.inf  # most every copy of every reader gets together (GB/s of payload)
+    convert_s_per_gb: float = 0.0  # a CPU dtype conversion pass on one thread (s/GB of input; 0: no conversion)
+    rank_reads: str = "shard"  # what each of several readers reads: shard, all or files (sim.lab.ranks)
+    rank_tensors: str = "all"  # which tensors each of several readers iterates: all or share
 
     def disk_gbps_effective(self) -> float:
         """GB/s the loader's readers get from the disk: requests of r bytes take latency + r / bandwidth, q of them
@@ -54,13 +60,18 @@ class StageCosts:
 
     @property
     def copy_s_per_gb(self) -> float:
-        """Seconds per GB of one host copy (0 when the loader makes none)."""
-        return 1.0 / self.copy_gbps if self.copy_gbps else 0.0
+        """Seconds per GB of one host copy by one reader's threads (0 when the loader makes none): ``threads`` at
+        ``copy_gbps`` each, at most ``host_cap_gbps``."""
+        if not self.copy_gbps:
+            return 0.0
+        if self.threads == 1 and not math.isfinite(self.host_cap_gbps):
+            return 1.0 / self.copy_gbps
+        return 1.0 / min(self.copy_gbps * self.threads, self.host_cap_gbps)
 
     def pinned_copy_only(self) -> StageCosts:
         """A pinned host buffer copied to the GPU: nothing read, no loader work (the link probe)."""
         return replace(self, loader_s_per_gb=0.0, loader_s_per_tensor=0.0, copies_gpu=0, copies_cpu=0,
-                       pageable=False, hit_s_per_gb=0.0, direct=False)
+                       pageable=False, hit_s_per_gb=0.0, direct=False, convert_s_per_gb=0.0)
 
 
 def memory_targets(scn: Scenario, machine: Machine) -> list[MemoryTarget]:

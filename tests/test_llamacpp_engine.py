@@ -226,12 +226,18 @@ def test_defaults_equal_the_shipped_fit():
     from sim.llamacpp.params import BAND, BAND_WITHIN
 
     doc = yaml.safe_load(open("calibration/llamacpp.yaml"))
+    assert set(doc["parameters"]) == set(DEFAULTS)
     for key, value in DEFAULTS.items():
         assert doc["parameters"][key]["value"] == pytest.approx(value, rel=1e-5), key
+    bands = yaml.safe_load(open("calibration/llamacpp_bands.yaml"))
     for test in ("tg", "pp"):
-        assert tuple(doc["band"][test]) == pytest.approx(BAND[test], rel=1e-3)
-        assert tuple(doc["band_within"][test]) == pytest.approx(BAND_WITHIN[test], rel=1e-3)
-    assert CostParams.of({"split_s": 1e-3}).split_s == 1e-3 and CostParams.of().split_s == DEFAULTS["split_s"]
+        assert tuple(bands["band"][test]) == pytest.approx(BAND[test], rel=1e-3)
+        assert tuple(bands["band_within"][test]) == pytest.approx(BAND_WITHIN[test], rel=1e-3)
+    # a scenario's value for its own backend wins; a backend the fit has no value for takes the pooled one
+    p = CostParams.of({"gpu_memory_efficiency": 0.5}, backend="cuda")
+    assert p.get("gpu_memory_efficiency", "cuda") == 0.5
+    assert CostParams.of().get("split_s") == DEFAULTS["split_s"]
+    assert CostParams.of().get("node_s", "no_such_backend") == DEFAULTS["node_s"]
 
 
 def test_settings_validate_like_the_flags():

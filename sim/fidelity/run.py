@@ -16,7 +16,7 @@ from sim.fidelity.loso import Result, run
 # name -> (module, class, what it is given: the project root or its folder of public tables)
 DOMAINS: dict[str, tuple[str, str, str]] = {
     "llama.cpp": ("sim.fidelity.llamacpp", "LlamaCppDomain", "root"),
-    "loads": ("sim.fidelity.loads", "LoadsDomain", "root"),
+    "loads": ("sim.fidelity.loads", "LoadsDomain", "public"),
     "routing": ("sim.fidelity.routing", "RoutingDomain", "public"),
     "concurrency": ("sim.fidelity.concurrency", "ConcurrencyDomain", "public"),
 }

@@ -214,6 +214,7 @@ class Engine:
     kv_offload: bool = True
     op_offload: bool = True
     offload_min_batch: int = 32
+    expert_offload_min_batch: int = 32  # the same for routed experts (ik_llama.cpp: 32 x experts / top-k)
     pinned_host: bool = False  # CPU weights in pinned host memory (--no-mmap with a GPU): copies at the full link rate
     flash_attn: bool = True
     _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
@@ -318,6 +319,7 @@ class Engine:
         lg = Ledger()
         here = CPU
         offload = self.op_offload and hw.main_gpu is not None and tokens >= self.offload_min_batch
+        offload_experts = self.op_offload and hw.main_gpu is not None and tokens >= self.expert_offload_min_batch
         kb, vb = self._kv_bytes()
         moe_blocks = self._moe_blocks
         for block, role, parts in pl.path:
@@ -328,7 +330,7 @@ class Engine:
                     read, weights = nbytes * share, params * share
                     flops = 2.0 * params * tokens * g.top_k / max(g.experts_per_layer, 1)
                 run_on = device
-                if device == CPU and offload:
+                if device == CPU and (offload_experts if role == "experts" else offload):
                     run_on = hw.main_gpu
                     assert run_on is not None
                     lg.term("link", *hw.copy(run_on, nbytes, self.pinned_host))  # the whole tensor crosses

@@ -218,6 +218,12 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
     hw = Hardware(devices, p, names[0] if names else None, dram=(host.paper_gbps or 0.0) * GB if host else 0.0,
                   ik_kernels=s.build == "ik_llama.cpp", os=os_name,
                   host_factor=REFERENCE_GHZ / host.boost_ghz if host is not None and host.boost_ghz else 1.0)
+    g = tensors.geometry
+    expert_min = s.offload_min_batch
+    if s.build == "ik_llama.cpp" and "offload_min_batch" not in s.model_fields_set and g.is_moe:
+        # ik_llama.cpp offloads a routed-expert op when tokens x experts used >= 32 x experts: each expert it copies
+        # then serves at least 32 tokens (ggml-cuda.cu of ik_llama.cpp; docs/research/llamacpp_internals.md)
+        expert_min = -(-s.offload_min_batch * g.experts_per_layer // max(g.top_k, 1))
     engine = Engine(placement, hw, s.cache_type_k, s.cache_type_v, s.kv_offload, s.op_offload, s.offload_min_batch,
-                    pinned_host=not s.mmap and bool(names), flash_attn=flash)
+                    expert_offload_min_batch=expert_min, pinned_host=not s.mmap and bool(names), flash_attn=flash)
     return LlamaSetup(machine, s, m.engine.model, tensors, memory, engine, threads, os_name, notes, backend)

@@ -128,9 +128,9 @@ class Hardware:
         family = "flash_attn_efficiency" if uses_matrix_units(d.path) else "vector_flash_efficiency"
         return (self.params.name(family, d.path), d.peak_flops)
 
-    def half_rows(self, device: str) -> str:
+    def half_rows(self, device: str, experts: bool = False) -> str:
         d = self.devices[device]
-        return self.params.name("gemm_half_rows", "cpu" if d.is_cpu else d.path)
+        return self.params.name("expert_half_rows" if experts else "gemm_half_rows", "cpu" if d.is_cpu else d.path)
 
     def node(self, device: str) -> str:
         return self.params.name("node_s", self.devices[device].backend)
@@ -343,7 +343,8 @@ class Engine:
                     shares = {"float" if k == "float" else "dequant": v for k, v in shares.items()}
                 for kind, share in shares.items():
                     lg.term(self._category(run_on, role), *self._gemm(run_on, read * share, flops * share,
-                                                                      weights * share, tokens, kind))
+                                                                      weights * share, tokens, kind,
+                                                                      role == "experts"))
                 lg.count(hw.node(run_on), self._nodes(block, role, moe_blocks) * hw.host_factor,
                          "fixed:nodes")
             if role == "attention":
@@ -361,8 +362,8 @@ class Engine:
         lg.count(hw.token(self._main()), hw.host_factor, "fixed:step")
         return lg
 
-    def _gemm(self, device: str, read: float, flops: float, weights: float, tokens: int, kind: str = "quant"
-              ) -> tuple[list, list, list]:
+    def _gemm(self, device: str, read: float, flops: float, weights: float, tokens: int, kind: str = "quant",
+              experts: bool = False) -> tuple[list, list, list]:
         """A prompt's matrix product of ``tokens`` rows against ``weights`` weights (those of the experts it
         touches) on ``device``: up to ``VECTOR_ROWS`` rows llama.cpp runs its matrix-vector kernels (as a decode
         step does); above, its matrix kernels, whose fixed work per weight (loading and converting each tile of
@@ -375,7 +376,7 @@ class Engine:
         if kind == "dequant" and channel[0] is not None and channel[0].startswith("fp16_matrix"):
             read += 4.0 * weights  # dequantized to f16 into the pool, then read by the GEMM
         reads, arithmetic, cap = hw.work(device, read, flops, channel)
-        arithmetic.append((2.0 * weights, (channel[0], channel[1], hw.half_rows(device))))
+        arithmetic.append((2.0 * weights, (channel[0], channel[1], hw.half_rows(device, experts))))
         return reads, arithmetic, cap
 
     def prompt_ledger(self, tokens: int, context: float = 0.0, ubatch: int = 512) -> Ledger:

@@ -51,6 +51,9 @@ FAMILIES: dict[str, Family] = {
                              "a matrix kernel's fixed work per weight, as rows of the product: a product of r rows "
                              "runs at r / (r + this) of the path's rate (tiles loaded and converted, pipelines "
                              "filled; a routed expert's product has only the rows routed to it)"),
+    "expert_half_rows": Family(PATHS + ("cpu",), "rows", (0.5, 4096.0),
+                               "the same for a prompt's routed experts, multiplied by a different kernel "
+                               "(mul_mat_id: each expert gathers the rows routed to it)"),
     "flash_attn_efficiency": Family(MATRIX_PATHS, "fraction", (0.005, 4.0),
                                     "share of the matrix peak a prompt's flash-attention kernel gets on a path with "
                                     "matrix kernels"),
@@ -94,8 +97,8 @@ GLOBALS: dict[str, tuple[str, tuple[float, float], str]] = {  # name -> (unit, b
 # FP16 rate, vector ones about 40% of FP32; a kernel launch costs a few microseconds, a step's graph a few hundred.
 PRIORS: dict[str, float] = {
     "gpu_memory_efficiency": 0.8, "matrix_efficiency": 0.8, "vector_efficiency": 0.4, "fp16_matrix_efficiency": 0.6,
-    "gemm_half_rows": 32.0, "flash_attn_efficiency": 0.3, "vector_flash_efficiency": 0.2, "node_s": 4e-6,
-    "token_s": 3e-4, "context_mib": 350.0, "cpu_memory_efficiency": 0.5, "cpu_thread_gbps": 12.0,
+    "gemm_half_rows": 32.0, "expert_half_rows": 32.0, "flash_attn_efficiency": 0.3, "vector_flash_efficiency": 0.2,
+    "node_s": 4e-6, "token_s": 3e-4, "context_mib": 350.0, "cpu_memory_efficiency": 0.5, "cpu_thread_gbps": 12.0,
     "cpu_flops_efficiency": 0.25, "ik_cpu_flops_efficiency": 0.8, "split_s": 7e-05, "link_share": 0.45,
     "spill_link_share": 0.45, "windows_reserved_gib": 0.458,
 }

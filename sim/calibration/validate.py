@@ -265,8 +265,9 @@ CLAIMED: dict[str, dict[str, tuple[str, ...]]] = {
         "strata_concurrency.csv": tuple(f"{n} {q}" for n in (1, 2, 4, 8) for q in ("throughput_tok_s", "ttft_s")),
     },
     "offload": {
-        "offload_public.csv": tuple(f"held-out setups {t} median |error| ({n} rows)" for t, n in (("tg", 21),
-                                                                                                  ("pp", 38))),
+        "llamacpp_setups.yaml": ("tg_tok_s in-sample median |error| (296 rows)",
+                                 "pp_tok_s in-sample median |error| (405 rows)",
+                                 "vram_gib in-sample median |error| in GiB (38 rows)"),
     },
     "basalt": {
         "basalt_3gpu.csv": ("vram_used_5090", "vram_used_5080", "vram_used_5060ti", "bench_decode"),

@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
+from sim.calibration.llamacpp_case import Case, CaseTable
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
@@ -24,42 +24,6 @@ TABLES = ("offload_sweeps.csv", "backends_llamabench.csv", "depth_sweeps_cuda.cs
           "unified_memory_llamabench.csv")
 SETUPS = os.path.join("calibration", "llamacpp_setups.yaml")
 MODELS = os.path.join("calibration", "models", "index.yaml")
-
-
-@dataclass
-class Case:
-    """One measured number of a llama-bench table and the run that produced it."""
-
-    table: str
-    row_id: str
-    source: str
-    setup: str
-    grade: str
-    quantity: str  # tg_tok_s | pp_tok_s | vram_gib
-    measured: float
-    scenario: Scenario
-    settings: LlamaCpp
-    tokens: int = 0  # pp: prompt tokens; tg: generated tokens
-    depth: int = 0  # tokens already in the cache (llama-bench -d, sweep-bench N_KV)
-    vram: str = "total"  # vram_gib rows: total (every buffer and the backend's context) | model (weights only)
-    backend: str = "cuda"
-    engine: str = "llama.cpp"
-    label: str = ""
-    memory_arch: str = "discrete"
-
-    @property
-    def test(self) -> str:
-        return self.quantity.split("_", 1)[0]
-
-    @property
-    def id(self) -> str:
-        return f"{self.row_id}.{self.quantity}"
-
-
-@dataclass
-class CaseTable:
-    cases: list[Case]
-    excluded: list[tuple[str, str, str, str, str]] = field(default_factory=list)  # table, row, source, setup, why
 
 
 def _int(value: Any) -> int | None:

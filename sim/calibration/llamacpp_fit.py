@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.calibration.llamacpp_cases import Case
+from sim.calibration.llamacpp_case import Case
 from sim.core.errors import SimulationError
 from sim.core.units import GIB, MIB
 from sim.llamacpp.ledger import CompiledLedgers, Ledger

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from sim.calibration.llamacpp_cases import CaseTable
+from sim.calibration.llamacpp_case import CaseTable
 from sim.calibration.llamacpp_fit import SpeedFit
 from sim.llamacpp.params import ASSUMED, unit
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.calibration.llamacpp_cases import TABLES, Case, read_cases
+from sim.calibration.llamacpp_case import Case
+from sim.calibration.llamacpp_cases import TABLES, read_cases
 from sim.calibration.llamacpp_fit import fit, predict
 from sim.fidelity.domain import Excluded, Observation, Prediction
 from sim.llamacpp.params import CostParams

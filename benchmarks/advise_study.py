@@ -3,7 +3,8 @@ three catalog machines (an 8 GB, a 16 GB and a 24 GB card) with a 30B-A3B and a 
 
     python benchmarks/advise_study.py --out docs/advise_study.md
 
-For each public sweep of one machine and model over ``--n-cpu-moe`` or ``-ngl`` (calibration/offload_public.csv),
+For each public sweep of one machine and model over ``--n-cpu-moe`` or ``-ngl`` (calibration/public/offload_sweeps.csv,
+as calibration/llamacpp_setups.yaml maps it),
 advise searches exactly the placements the sweep measured (the other flags as the sweep ran them) and its pick is
 compared with the sweep's best: the measured rate of the placement advise picks, against the best measured rate.
 """
@@ -18,7 +19,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from sim.calibration.offload_fit import predict, read_table  # noqa: E402
+from sim.calibration.llamacpp_cases import read_cases  # noqa: E402
+from sim.calibration.llamacpp_fit import predict  # noqa: E402
 from sim.llamacpp.advise import advise  # noqa: E402
 from sim.llamacpp.machine import MachineSpec, build_scenario, scenario_dict  # noqa: E402
 from sim.llamacpp.params import BAND  # noqa: E402
@@ -34,26 +36,27 @@ MODELS = (("Qwen3-30B-A3B Q4_K_M", "calibration/models/qwen3-30b-a3b.json", "Q4_
 
 
 def public_sweeps() -> list[str]:
-    table = read_table(ROOT)
+    cases = read_cases(ROOT, ("offload_sweeps.csv",)).cases
+    params = table_params()
     lines = ["## Advice for the public sweeps", "",
-             "Per sweep (one machine, one model, llama.cpp mainline; the rows of `calibration/offload_public.csv`): "
-             "the placement `sim advise` ranks first among the ones the sweep measured (as advise does, one that "
-             "spills into shared memory only if all do), its measured tg, and the sweep's best measured placement. "
-             "Repeated placements: the median of their rows.", "",
-             "| sweep | role | flag | advised | predicted tg | measured tg there | best measured | best tg | "
-             "advised / best |", "|---|---|---|---|---|---|---|---|---|"]
+             "Per sweep (one machine, one model, llama.cpp mainline; the rows of "
+             "`calibration/public/offload_sweeps.csv`): the placement `sim advise` ranks first among the ones the "
+             "sweep measured (as advise does, one that spills into shared memory only if all do), its measured tg, "
+             "and the sweep's best measured placement. Repeated placements: the median of their rows. Predicted: "
+             "the shipped fit, which saw these rows (held out, see docs/fidelity.md).", "",
+             "| sweep | flag | advised | predicted tg | measured tg there | best measured | best tg | "
+             "advised / best |", "|---|---|---|---|---|---|---|---|"]
     for source, flag in SWEEPS.items():
-        obs = [o for o in table.observations if o.source == source and o.test == "tg"
-               and o.settings.build == "llama.cpp"]
+        obs = [c for c in cases if c.source == source and c.test == "tg" and c.settings.build == "llama.cpp"]
         by: dict[int, list] = {}
         for o in obs:
             by.setdefault(getattr(o.settings, flag), []).append(o)
         measured = {k: sorted(x.measured for x in v)[len(v) // 2] for k, v in by.items()}
-        predicted = {k: predict(v[0], table_params()) for k, v in by.items()}
+        predicted = {k: predict([v[0]], params)[0][0] for k, v in by.items()}
         fits = {k for k, v in by.items() if not spills(v[0])}  # advise's rule: shared memory only when nothing fits
         pick = max(fits or predicted, key=lambda k: predicted[k])
         best = max(measured, key=lambda k: measured[k])
-        lines.append(f"| {source} | {obs[0].role} | {flag} | {pick} | {predicted[pick]:.1f} | {measured[pick]:.1f} | "
+        lines.append(f"| {source} | {flag} | {pick} | {predicted[pick]:.1f} | {measured[pick]:.1f} | "
                      f"{best} | {measured[best]:.1f} | {measured[pick] / measured[best]:.0%} |")
     return lines
 

@@ -174,7 +174,7 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
 
 @main.command("fit-offload")
 @click.option("--root", default=".", show_default=True, type=click.Path(file_okay=False),
-              help="The project folder holding calibration/offload_public.csv and offload_setups.yaml.")
+              help="The project folder holding calibration/public/ and llamacpp_setups.yaml.")
 @click.option("--out", "-o", "out", default=None,
               help="The fitted parameters (YAML); default calibration/llamacpp.yaml, or with --bench "
               "calibration/<scenario>_llamacpp.yaml. The public fit's residual report goes beside it.")

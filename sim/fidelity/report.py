@@ -125,6 +125,15 @@ def worst(results: list[Result], n: int) -> list[Result]:
     return sorted(results, key=badness, reverse=True)[:n]
 
 
+def worst_sources(results: list[Result], n: int) -> list[Result]:
+    """The worst row of each of the ``n`` sources whose worst row is furthest off (one source, however many of its
+    rows are off, takes one place)."""
+    per: dict[str, Result] = {}
+    for r in worst(results, len(results)):
+        per.setdefault(r.observation.source, r)
+    return worst(list(per.values()), n)
+
+
 def markdown(domains: list[tuple[str, list[Result], list[Excluded]]], command: str,
              notes: dict[str, str] | None = None, headline: list[tuple[str, str]] | None = None) -> str:
     """The whole report. ``domains``: (name, results, excluded) per domain; ``notes``: explanations of rows by
@@ -154,7 +163,11 @@ def markdown(domains: list[tuple[str, list[Result], list[Excluded]]], command: s
         lines.append("")
     lines += ["## By table, engine and backend", ""]
     for name, results, _ in domains:
-        lines += [f"### {name}", "", "| table | engine | backend | quantity | " + STATS_HEADER, "|" + "---|" * 13]
+        lines += [f"### {name}", ""]
+        if not results:
+            lines += ["No row of this domain is expressed: each is listed with why under Rows not expressed.", ""]
+            continue
+        lines += ["| table | engine | backend | quantity | " + STATS_HEADER, "|" + "---|" * 13]
         for (table, engine, backend, quantity), rs in _grouped(
                 results, lambda r: (r.observation.table, r.observation.engine or "-", r.observation.backend or "-",
                                     r.observation.quantity)).items():
@@ -169,16 +182,18 @@ def markdown(domains: list[tuple[str, list[Result], list[Excluded]]], command: s
                              f"{_num(o.measured)} | {_num(r.held_out.value)} | {_err(r)} | "
                              f"{_cell(r.held_out.mechanism)} |")
         lines.append("")
-    lines += ["## The 10 worst rows, explained", "",
-              "| # | domain | row | source | what | measured | simulated | error | mechanism | why |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
     owner = {id(r): name for name, results, _ in domains for r in results}
-    for i, r in enumerate(worst(every, 10), start=1):
-        o = r.observation
-        lines.append(f"| {i} | {owner[id(r)]} | {o.row_id} | {_cell(o.source)} | {_cell(o.label)} {o.quantity} | "
-                     f"{_num(o.measured)} | {_num(r.held_out.value)} | {_err(r)} | {_cell(r.held_out.mechanism)} | "
-                     f"{_cell(notes.get(o.row_id, 'not yet explained'))} |")
-    lines += ["", "## By source", "", "| domain | group | source | quantity | rows | median abs error |",
+    for title, chosen in (("The 10 worst rows, explained", worst(every, 10)),
+                          ("The 10 worst sources, each by its worst row", worst_sources(every, 10))):
+        lines += [f"## {title}", "", "| # | domain | row | source | what | measured | simulated | error | mechanism | "
+                  "why |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for i, r in enumerate(chosen, start=1):
+            o = r.observation
+            lines.append(f"| {i} | {owner[id(r)]} | {o.row_id} | {_cell(o.source)} | {_cell(o.label)} {o.quantity} | "
+                         f"{_num(o.measured)} | {_num(r.held_out.value)} | {_err(r)} | "
+                         f"{_cell(r.held_out.mechanism)} | {_cell(notes.get(o.row_id, 'not yet explained'))} |")
+        lines.append("")
+    lines += ["## By source", "", "| domain | group | source | quantity | rows | median abs error |",
               "|---|---|---|---|---|---|"]
     for name, results, _ in domains:
         for (group, source, quantity), rs in _grouped(

@@ -32,6 +32,12 @@ class LlamaCppCosts(Strict):
     gemm_half_rows: float | None = Field(
         None, gt=0, le=4096, description="A matrix kernel's fixed work per weight, as rows: a product of r rows runs "
         "at r / (r + this) of its rate (rows).")
+    fp16_matrix_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of the card's dense FP16 matrix throughput cuBLAS/hipBLAS get "
+        "on a prompt's float weights and on types without int8 kernels (fraction).")
+    expert_half_rows: float | None = Field(
+        None, gt=0, le=4096, description="The same fixed work per weight for a prompt's routed experts (mul_mat_id) "
+        "(rows).")
     flash_attn_efficiency: float | None = Field(
         None, ge=MIN_FRACTION, le=4, description="Share of the path's peak a prompt's flash attention gets "
         "(fraction).")

@@ -20,7 +20,6 @@ and predict NaN, with why, for an observation they are handed.
 
 from __future__ import annotations
 
-import csv
 import os
 import re
 from dataclasses import dataclass
@@ -28,10 +27,10 @@ from pathlib import Path
 
 from sim.core.errors import ScenarioError
 from sim.fidelity.domain import Excluded, Observation, Prediction
+from sim.fidelity.tables import read_csv
 
 TABLES = ("concurrency.csv", "unified_memory_concurrency.csv")
 PUBLIC = Path(__file__).resolve().parents[2] / "calibration" / "public"
-MAX_ROWS = 100_000
 UNIFIED = ("unified-memory machine ({what}): no serving engine models unified memory yet (a later issue builds it); "
            "the batching and MoE engines serve discrete GPUs behind PCIe")
 TENSOR_PARALLEL = ("tensor-parallel across {n} GPUs ({tp}): no engine models tensor parallelism (the batching engine "
@@ -51,19 +50,7 @@ class ConcurrencyFit:
 
 def read_rows(path: str) -> list[dict[str, str]]:
     """The rows of one concurrency table (a missing file or column is a ScenarioError naming it)."""
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as fh:
-            reader = csv.DictReader(fh)
-            rows = []
-            for n, r in enumerate(reader):
-                if n >= MAX_ROWS:
-                    raise ScenarioError(path, "", f"more than {MAX_ROWS:,} rows")
-                rows.append({k: (v or "").strip() for k, v in r.items() if k is not None})
-            fields = reader.fieldnames or []
-    except FileNotFoundError:
-        raise ScenarioError(path, "", "file not found") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ScenarioError(path, "", f"cannot read: {exc}") from None
+    rows, fields = read_csv(path)
     missing = [c for c in ("row_id", "source_id", "setup_id", "gpu", "gpu_count", "engine") if c not in fields]
     if missing:
         raise ScenarioError(path, missing[0], "a column of the concurrency tables (calibration/public/README.md)")

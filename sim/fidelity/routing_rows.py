@@ -31,7 +31,6 @@ law (depth slope 0), so pooled statistics do not depend on the count.
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import re
@@ -39,13 +38,13 @@ from dataclasses import dataclass
 
 from sim.calibration.routing_fit import PROMPTS, TOL_POINT, TOL_ROUGH
 from sim.core.errors import ScenarioError
+from sim.fidelity.tables import read_csv
 
 TABLE = "expert_cache.csv"
 NOMINAL_LAYERS = 16  # MoE layers computed when the table does not state them (pooled statistics do not depend on it)
 WARM_TOKENS = 10**7  # a warm LRU: a cache read for this many tokens (its cold start under 1e-5 of the lookups)
 KEYS_PER_EXPERT = 3  # kekzl/imp's cache keys: (projection, expert), gate, up and down of each expert
 PCT = 100.0
-MAX_ROWS = 100_000
 
 
 @dataclass(frozen=True)
@@ -94,19 +93,7 @@ def _int(text: str) -> int | None:
 def read_table(path: str | os.PathLike) -> list[dict[str, str]]:
     """The rows of ``expert_cache.csv`` (a missing file or column is a ScenarioError naming it)."""
     path = str(path)
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as fh:
-            reader = csv.DictReader(fh)
-            rows = []
-            for n, r in enumerate(reader):
-                if n >= MAX_ROWS:
-                    raise ScenarioError(path, "", f"more than {MAX_ROWS:,} rows")
-                rows.append({k: (v or "").strip() for k, v in r.items() if k is not None})
-            fields = reader.fieldnames or []
-    except FileNotFoundError:
-        raise ScenarioError(path, "", "file not found") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ScenarioError(path, "", f"cannot read: {exc}") from None
+    rows, fields = read_csv(path)
     need = ("row_id", "source_id", "setup_id", "grade", "engine", "model", "n_moe_layers", "n_experts", "top_k",
             "cache_policy", "cache_slots_per_layer", "cache_slots_total", "hit_rate_pct", "metric_name",
             "metric_value", "workload", "notes", "tg_tok_s", "cached_layers")

@@ -213,6 +213,7 @@ def bounds(name: str) -> tuple[float, float]:
 # scenario override keys (sim.config.llamacpp.LlamaCppCosts) -> the family they set for the engine's own backend
 OVERRIDES = {"gpu_memory_efficiency": "backend", "matrix_efficiency": "path", "vector_efficiency": "path",
              "flash_attn_efficiency": "path", "vector_flash_efficiency": "path", "gemm_half_rows": "path",
+             "expert_half_rows": "path", "fp16_matrix_efficiency": "path",
              "node_s": "backend", "token_s": "backend", "context_mib": "backend", "link_share": "os",
              "cpu_flops_efficiency": "isa", "ik_cpu_flops_efficiency": "isa"}
 

@@ -95,6 +95,7 @@ def gpu_names(scn: Scenario, machine: str, backend: str = "cuda") -> tuple[list[
     return keys, tuple(device_name(backend, i) for i in range(len(keys)))
 
 
+@functools.cache
 def dual_issue(gpu_type: str) -> float:
     """How many times a card's published FP32 rate counts each ALU (AMD RDNA 3/4's dual issue counts 2: the catalog's
     shader_flop_per_clk 4). llama.cpp's vector kernels are not compiled into dual-issue pairs, so they run at the

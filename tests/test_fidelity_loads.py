@@ -15,12 +15,12 @@ from sim.fidelity.loads import (
     PARAMETERS,
     TABLES,
     LoadsDomain,
-    LosoRow,
     groups,
     loso_summary,
     predict_one,
     start_values,
 )
+from sim.fidelity.loso import Result
 
 PUBLIC = os.path.join(CALIBRATION, "public")
 
@@ -81,8 +81,7 @@ def test_held_out_predictions_are_finite_and_groups_join_sources_of_one_machine(
     preds = domain.predict(fitted, held)
     assert len(preds) == len(held)
     assert all(math.isfinite(p.value) and p.value > 0 for p in preds)
-    rows = [LosoRow(o.row_id, o.source, o.quantity, o.measured, p.value, p.mechanism)
-            for o, p in zip(held, preds, strict=True)]
+    rows = [Result(o, "ITENSOR-bench", p) for o, p in zip(held, preds, strict=True)]
     summary = loso_summary(rows)  # the full run: sim.fidelity.loads.loso_summary() (minutes)
     assert summary["rows"] == len(held) and list(summary["sources"]) == ["ITENSOR-bench"]
     assert len(summary["worst"]) == min(10, len(held)) and summary["median_abs_error"] >= 0

@@ -12,7 +12,7 @@ Two steps, both over the training cases only:
    ``delta / PRIOR_SD`` (partial pooling): a backend measured a lot moves away from the pool as far as its runs ask,
    one measured a little stays near it, one not measured at all gets the pooled value. Pooled values carry a wide
    prior around :data:`sim.llamacpp.params.PRIORS` (values chosen before any fit, where every fit also starts), so
-parameters no run informs stay physical and a held-out source's refit never sees the shipped fit.
+   parameters no run informs stay physical and a held-out source's refit never sees the shipped fit.
 
 Nothing is fitted per setup, card or row.
 """
@@ -31,7 +31,7 @@ from sim.llamacpp.ledger import CompiledLedgers, Ledger
 from sim.llamacpp.params import ASSUMED, FAMILIES, PRIORS, CostParams, bounds
 
 PRIOR_SD = 0.5  # log sd of a backend's (or path's) departure from its family's pooled value
-POOL_SD = 1.5  # log sd of a pooled value around the package default
+POOL_SD = 1.5  # log sd of a pooled value around its prior (sim.llamacpp.params.PRIORS)
 NOT_LOADING = 1.5  # log error of a run the model says cannot load (it ran): about a factor of 4.5
 HELD = tuple(ASSUMED) + ("windows_reserved_gib",)  # not fitted: ASSUMED says why; windows_reserved: a memory value
 

@@ -277,7 +277,6 @@ def _public(root: str, domains: list[str], out: str | None, workers: int, as_jso
     text = report.markdown(results, command, notes(root), HEADLINE)
     if missing:
         text += "\n## Domains not built\n\n" + "".join(f"- {m}\n" for m in missing)
-    atomic_write_text(out, text)
     for name, rs, _ in results:  # the llama.cpp domain's held-out bands: what sim advise prints its rates with
         if name == "llama.cpp":
             import yaml
@@ -287,6 +286,7 @@ def _public(root: str, domains: list[str], out: str | None, workers: int, as_jso
             atomic_write_text(os.path.join(root, BANDS), f"# Written by {command}: 90% bands of measured / "
                               "simulated over held-out rows (sim.llamacpp.params.BAND and BAND_WITHIN repeat "
                               "them)\n" + yaml.safe_dump(bands(rs), sort_keys=False))
+    atomic_write_text(out, text)  # last: the report is newer than every file the run writes
     if as_json:
         rows = [{"domain": name, "table": r.observation.table, "row_id": r.observation.row_id,
                  "source": r.observation.source, "group": r.group, "quantity": r.observation.quantity,

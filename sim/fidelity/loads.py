@@ -28,7 +28,7 @@ import csv
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from sim.config.load import validate
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
 from sim.core.units import GB, GIB, KIB, MIB
+from sim.fidelity import loso
 from sim.fidelity.domain import Excluded, Observation, Prediction
 from sim.fidelity.loads_fit import LoadsFit, fit_loads
 from sim.fidelity.loads_mechanism import (  # noqa: F401 - the domain's parameters and mechanism, re-exported
@@ -317,68 +318,30 @@ def _cached(cache: Any, plan: loading.ChunkPlan, costs: StageCosts, setup: dict,
 
 # -- leave one source out ---------------------------------------------------------------------------------------
 def groups(obs: Iterable[Observation]) -> list[list[str]]:
-    """Sources held out together: a source with every source that shares one of its machines (sorted)."""
-    parent: dict[str, str] = {}
-
-    def find(a: str) -> str:
-        while parent.setdefault(a, a) != a:
-            a = parent[a]
-        return a
-
-    by_machine: dict[str, str] = {}
-    for o in obs:
-        find(o.source)
-        if o.machine in by_machine:
-            parent[find(o.source)] = find(by_machine[o.machine])
-        else:
-            by_machine[o.machine] = o.source
-    out: dict[str, list[str]] = {}
-    for s in sorted(parent):
-        out.setdefault(find(s), []).append(s)
-    return sorted(out.values())
+    """Sources held out together (:func:`sim.fidelity.loso.groups`: a source with every source that shares one of
+    its machines), each group's sources sorted."""
+    members: dict[str, list[str]] = {}
+    for source, group in loso.groups(obs).items():
+        members.setdefault(group, []).append(source)
+    return sorted(sorted(v) for v in members.values())
 
 
-@dataclass
-class LosoRow:
-    row_id: str
-    source: str
-    quantity: str
-    measured: float
-    predicted: float
-    mechanism: str
-
-    @property
-    def error(self) -> float:
-        return self.predicted / self.measured - 1
-
-
-def loso(domain: LoadsDomain | None = None) -> list[LosoRow]:
-    """Every observation predicted by a fit on every group but its own."""
-    domain = domain or LoadsDomain()
-    obs, _ = domain.observations()
-    out: list[LosoRow] = []
-    for group in groups(obs):
-        held = [o for o in obs if o.source in group]
-        fitted = domain.fit([o for o in obs if o.source not in group])
-        for o, pr in zip(held, domain.predict(fitted, held), strict=True):
-            out.append(LosoRow(o.row_id, o.source, o.quantity, o.measured, pr.value, pr.mechanism))
-    return out
-
-
-def loso_summary(rows: list[LosoRow] | None = None) -> dict[str, Any]:
-    """Median |predicted / measured - 1| held out: over all rows, per source, and the median of the sources'
-    medians; the ten worst rows with their mechanism."""
-    rows = rows if rows is not None else loso()
+def loso_summary(results: list[loso.Result] | None = None) -> dict[str, Any]:
+    """Median |predicted / measured - 1| held out (default: :func:`sim.fidelity.loso.run` of the domain): over all
+    rows, per source, and the median of the sources' medians; the ten worst rows with their mechanism."""
+    results = results if results is not None else loso.run(LoadsDomain(), in_sample=False)[0]
     per: dict[str, list[float]] = {}
-    for r in rows:
-        per.setdefault(r.source, []).append(abs(r.error))
+    for r in results:
+        per.setdefault(r.observation.source, []).append(abs(r.error))
     sources = {s: float(np.median(v)) for s, v in sorted(per.items())}
-    worst = sorted(rows, key=lambda r: -abs(r.error))[:10]
-    return {"rows": len(rows), "median_abs_error": float(np.median([abs(r.error) for r in rows])),
+    worst = sorted(results, key=lambda r: -abs(r.error))[:10]
+    return {"rows": len(results), "median_abs_error": float(np.median([abs(r.error) for r in results])),
             "median_of_source_medians": float(np.median(list(sources.values()))),
             "sources": {s: {"rows": len(per[s]), "median_abs_error": v} for s, v in sources.items()},
-            "worst": [{"row_id": r.row_id, "source": r.source, "quantity": r.quantity, "measured": r.measured,
-                       "predicted": r.predicted, "error": r.error, "mechanism": r.mechanism} for r in worst]}
+            "worst": [{"row_id": r.observation.row_id, "source": r.observation.source,
+                       "quantity": r.observation.quantity, "measured": r.observation.measured,
+                       "predicted": r.held_out.value, "error": r.error, "mechanism": r.held_out.mechanism}
+                      for r in worst]}
 
 
 def main() -> None:

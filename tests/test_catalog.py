@@ -53,6 +53,7 @@ REQUIRED_GPUS = {
     "rx480", "rx580", "rx5700xt", "rx6700xt", "rx6800xt", "rx9060xt_16gb", "radeon_8060s", "radeon_8050s",
     "arc_a310", "arc_pro_b50", "arc_pro_b60", "arc_pro_b70", "arc_b580", "m2", "m2_pro", "m2_max_30c", "m3_pro",
     "m3_max_30c", "m4_pro", "m4_max_32c", "m5", "h200", "a10g",
+    "m1_pro",  # the unified-memory additions
 }
 REQUIRED_HOSTS = {"ddr4_3200_2ch", "ddr4_3600_2ch", "ddr5_5600_2ch", "ddr5_6000_2ch", "ddr5_6400_2ch", "ryzen5_5600x",
                   "ryzen7_5800x", "ryzen9_7950x", "ryzen7_9700x", "ryzen9_9950x", "i9_10900x", "epyc_9355",
@@ -60,7 +61,11 @@ REQUIRED_HOSTS = {"ddr4_3200_2ch", "ddr4_3600_2ch", "ddr5_5600_2ch", "ddr5_6000_
                   # the public tables' CPUs (cpu column)
                   "ryzen5_3500", "ryzen7_3700x", "ryzen7_5700x", "ryzen5_7500f", "ryzen9_5950x", "i5_4278u",
                   "i9_9900t", "core_ultra7_265k", "xeon_e5_2680v4_2s", "xeon_e5_2696v4_2s", "threadripper_pro_3975wx",
-                  "xeon_platinum_8581c_2s", "raspberry_pi5", "hifive_premier_p550", "ryzen_ai_max_395", "grace_gb10"}
+                  "xeon_platinum_8581c_2s", "raspberry_pi5", "hifive_premier_p550", "ryzen_ai_max_395", "grace_gb10",
+                  # the CPU sides of the unified-memory chips
+                  "ryzen_ai_max_390", "ryzen_ai_max_385", "apple_m1_pro", "apple_m1_max", "apple_m1_ultra",
+                  "apple_m2", "apple_m2_pro", "apple_m2_max", "apple_m2_ultra", "apple_m3_pro", "apple_m3_max",
+                  "apple_m3_max_14c", "apple_m3_ultra", "apple_m4_pro", "apple_m4_max", "apple_m4_max_14c"}
 REQUIRED_LINKS = {"pcie1", "pcie2", "pcie3", "pcie4", "pcie5", "nvlink_rtx3090", "nvlink_a100", "nvlink_h100"}
 
 STRING_KEYS = {"name", "source", "note", "memory", "vendor", "dram", "kind", "encoding", "matrix_units", "fp32_basis",
@@ -186,7 +191,7 @@ def test_int8_and_fp16_rates_agree():
 
 
 # The entries whose FP32 rate no source in reach gives: each note says why (test_a_key_left_out_is_said_in_the_note)
-FP32_OPEN = {"m3_max", "m3_max_30c", "m3_pro", "m3_ultra", "m4_pro", "m4_max", "m4_max_32c", "m5", "a10g"}
+FP32_OPEN = {"m3_pro", "m4_max", "m4_max_32c", "m5", "a10g"}
 
 
 def test_every_gpu_has_matrix_units_and_an_fp32_rate():
@@ -269,7 +274,8 @@ def test_host_numbers_are_plausible():
         assert low <= e["mt_s"] <= high, ident
         if "channels" in e:
             assert "bus_bits" not in e, ident
-            assert isinstance(e["channels"], int) and e["channels"] in (1, 2, 4, 6, 8, 12, 16, 24), ident
+            # 3: the M3 Pro's 192-bit LPDDR5 bus (three 64-bit equivalents)
+            assert isinstance(e["channels"], int) and e["channels"] in (1, 2, 3, 4, 6, 8, 12, 16, 24), ident
             assert e["channels"] % e.get("sockets", 1) == 0, ident
         elif "bus_bits" in e:
             assert isinstance(e["bus_bits"], int) and 8 <= e["bus_bits"] < 64, ident

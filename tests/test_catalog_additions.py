@@ -106,3 +106,71 @@ def test_one_generation_one_rate_per_sm():
         m = DERIVED.search(" ".join(e.get("note", "").split()))
         if m:
             assert int(m[2]) == 512, ident
+
+
+# --- the unified-memory chips -------------------------------------------------------------------------------------
+
+from sim.catalog import host_dram_gbps, host_entries  # noqa: E402
+
+HOSTS = host_entries()
+
+AI_TOPS = re.compile(r"NVIDIA's ([\d,]+) AI TOPS")
+FP4_OVER_16 = re.compile(r"([\d,]+) FP4 TOPS with sparsity / 16 = ([\d.]+)")
+APPLE_FP32 = re.compile(r"fp32_tflops derived as (\d+) GPU cores x 128 FP32 ALUs x 2 x ([\d,]+) MHz")
+
+# each unified chip's CPU-side host: its paper DRAM bandwidth is the GPU's memory bandwidth (Apple rounds: 204.8 GB/s
+# of LPDDR5-6400 on 256 bits is its "200 GB/s", 2.4% below)
+UNIFIED_HOSTS = {
+    "apple_m1_pro": "m1_pro", "apple_m1_max": "m1_max", "apple_m1_ultra": "m1_ultra", "apple_m2": "m2",
+    "apple_m2_pro": "m2_pro", "apple_m2_max": "m2_max", "apple_m2_ultra": "m2_ultra", "apple_m3_pro": "m3_pro",
+    "apple_m3_max": "m3_max", "apple_m3_max_14c": "m3_max_30c", "apple_m3_ultra": "m3_ultra",
+    "apple_m4_pro": "m4_pro", "apple_m4_max": "m4_max", "apple_m4_max_14c": "m4_max_32c",
+    "ryzen_ai_max_395": "radeon_8060s", "ryzen_ai_max_390": "radeon_8050s", "ryzen_ai_max_385": "radeon_8050s",
+    "grace_gb10": "gb10",
+}
+
+
+def test_blackwell_tflops_are_a_sixteenth_of_the_fp4_tops():
+    """NVIDIA's Blackwell AI TOPS (FP4, with sparsity) are 16 times the dense FP16 rate with FP32 accumulate stored as
+    tflops (x2 sparsity, x2 FP4/FP8, x2 FP8/FP16, x2 FP16/FP32 accumulate): every GeForce 50 entry that quotes them,
+    and GB10, whose tflops is derived that way from its 1 PFLOP."""
+    checked = 0
+    for ident, e in GPUS.items():
+        m = AI_TOPS.search(" ".join(e.get("note", "").split()))
+        if m and "RTX 50" in e["name"]:
+            ratio = int(m[1].replace(",", "")) / e["tflops"]
+            assert abs(ratio / 16 - 1) < 0.01, (ident, ratio)
+            checked += 1
+    assert checked >= 5
+    gb10 = GPUS["gb10"]
+    m = FP4_OVER_16.search(" ".join(gb10["note"].split()))
+    assert m, gb10["note"]
+    assert float(m[2]) == gb10["tflops"] == int(m[1].replace(",", "")) / 16
+    assert gb10["fp32_tflops"] < gb10["tflops"]
+
+
+def test_apple_fp32_rates_repeat_their_arithmetic():
+    """A derived Apple FP32 rate names its GPU cores x 128 FP32 ALUs x 2 x the clock, and those are the stored
+    shaders and boost_mhz."""
+    derived = 0
+    for ident, e in GPUS.items():
+        if e["vendor"] != "apple" or e.get("fp32_basis") != "derived":
+            continue
+        m = APPLE_FP32.search(" ".join(e["note"].split()))
+        assert m, ident
+        cores, mhz = int(m[1]), int(m[2].replace(",", ""))
+        assert cores * 128 == e["shaders"] and mhz == e["boost_mhz"], ident
+        assert round(cores * 128 * 2 * mhz / 1e6, 2) == e["fp32_tflops"], ident
+        assert "https://" in e["note"], ident  # where the clock comes from
+        derived += 1
+    assert derived >= 10
+
+
+def test_unified_hosts_match_their_gpus_bandwidth():
+    for host, gpu in UNIFIED_HOSTS.items():
+        h, g = HOSTS[host], GPUS[gpu]
+        assert g.get("unified") is True, gpu
+        assert host_dram_gbps(h) == pytest.approx(g["hbm_gbps"], rel=0.025), (host, host_dram_gbps(h))
+        if host.startswith("apple_"):
+            assert h["isa"] == "neon" and 0 < h["e_cores"] < h["cores"] == h["threads"], host
+            assert f"gpus.{gpu}" in h["note"], host  # names its GPU entry

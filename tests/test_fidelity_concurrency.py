@@ -37,7 +37,7 @@ def test_each_row_says_why_no_engine_expresses_it(domain):
     assert obs == []
     why = {e.source: e.why for e in excluded}
     assert "unified" in why["IA-sweep-q36-i1k"] and "unified" in why["LHL-vllm-README"]
-    assert "unified" in why["LCPP-benches-dgx-spark-batched"]
+    assert why["LCPP-benches-dgx-spark-batched"].startswith("llama.cpp domain: llama-batched-bench")
     assert "TP=2" in why["C3090-conc-sweep"] and "tensor parallelism" in why["C3090-conc-sweep"]
     assert "TP=3" in why["C3090-845-htsglang"]
     assert why["LCPP20586-4090"].startswith("llama.cpp domain")

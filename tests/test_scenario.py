@@ -85,7 +85,10 @@ def test_cross_reference_errors_name_the_key():
 def test_unified_machine_rules():
     raw = tiny_scenario()
     raw["machines"]["box"]["kind"] = "unified"
-    with pytest.raises(ScenarioError, match="no 'gpus'"):
+    with pytest.raises(ScenarioError, match="machines.box.kind.*a card behind PCIe"):
+        validate(raw, "f.yaml")
+    raw["machines"]["box"]["gpus"] = {}
+    with pytest.raises(ScenarioError, match="unified_memory_gib"):
         validate(raw, "f.yaml")
 
 

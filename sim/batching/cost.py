@@ -10,6 +10,8 @@ its bytes over the memory rate and its FLOPs over the compute rate, and the iter
   chunks by the arithmetic;
 - ``experts`` (MoE): the routed experts the iteration's positions touch, served from the cache's tiers with their
   stalls (:mod:`sim.moe.batch_cost`); a function of the positions only;
+- ``state`` (a model with linear-attention layers, Gated DeltaNet): each decoding sequence reads and writes its
+  fixed-size state once per step, whatever its context;
 - ``decode attention``: each decoding sequence reads its whole KV once per step, and each of its positions does
   ``4 x layers x hidden`` FLOPs per context token: ``max(kv_s_per_token, pair_s x positions) x context``;
 - ``prefill attention``: a chunk reads the KV of the prompt before it and its own, and does the pairs' arithmetic
@@ -44,18 +46,20 @@ class StepCost:
     positions_per_step: int = 1  # positions a decoding sequence processes per iteration
     prompt_token_s: float = 0.0  # per prompt-chunk token, when an engine gives its prompt rate instead of specs (s)
     experts_s: Callable[[float], float] | None = field(default=None, compare=False)  # MoE: seconds for n positions
+    state_s: float = 0.0  # a decoding sequence's linear-attention state read and written once per iteration (s)
 
     @classmethod
     def build(cls, *, weights_bytes: float, kv_kib_per_token: float, params_b: float, layers: int, hidden: int,
               hbm_gbps: float, tflops: float, memory_efficiency: float, compute_efficiency: float,
               overhead_s: float, positions_per_step: int = 1,
-              experts_s: Callable[[float], float] | None = None) -> StepCost:
+              experts_s: Callable[[float], float] | None = None, state_kib_per_sequence: float = 0.0) -> StepCost:
         """From the model's geometry (dense bytes, KiB of KV per token, 1e9 dense parameters, layers, width), the
         card's specs (GB/s, TFLOP/s) and the engine's efficiencies (fractions) and overhead (s)."""
         memory = memory_efficiency * hbm_gbps * GB  # bytes/s
         compute = compute_efficiency * tflops * 1e12  # FLOP/s
         return cls(overhead_s, weights_bytes / memory, 2 * params_b * 1e9 / compute, kv_kib_per_token * KIB / memory,
-                   4 * layers * hidden / compute, positions_per_step, experts_s=experts_s)
+                   4 * layers * hidden / compute, positions_per_step, experts_s=experts_s,
+                   state_s=2 * state_kib_per_sequence * KIB / memory)
 
     # --- the operators ---------------------------------------------------------------------------------------
     def linear_s(self, positions: float) -> float:
@@ -84,14 +88,18 @@ class StepCost:
         seconds = (self.overhead_s + self.linear_s(positions) + self.prompt_token_s * chunk_tokens
                    + self.routed_s(positions)
                    + self.decode_attention_s_per_token * context + self.prefill_attention_s(chunk_reads, chunk_pairs))
+        if self.state_s:
+            seconds += self.state_s * k
         return seconds, self.weights_s >= self.token_s * positions
 
     # --- decode runs in closed form --------------------------------------------------------------------------
     def _decode_terms(self, k: int) -> tuple[float, float]:
         """(seconds of a decode iteration of ``k`` sequences outside its attention, attention seconds per token)."""
         positions = k * self.positions_per_step
-        return (self.overhead_s + self.linear_s(positions) + self.routed_s(positions),
-                self.decode_attention_s_per_token)
+        fixed = self.overhead_s + self.linear_s(positions) + self.routed_s(positions)
+        if self.state_s:
+            fixed += self.state_s * k
+        return fixed, self.decode_attention_s_per_token
 
     def run_s(self, k: int, context: float, n: int, growth: float | None = None) -> float:
         """Seconds of ``n`` decode iterations of ``k`` sequences holding ``context`` KV tokens at the first, the

@@ -31,9 +31,11 @@ class Pool:
 
 
 def kv_pool(where: str, e: Engine, *, vram_gib: float, tenants_gib: float, weights_gib: float,
-            kv_kib_per_token: float) -> Pool:
+            kv_kib_per_token: float, state_kib_per_sequence: float = 0.0) -> Pool:
     """The pool of engine ``e`` (at key path ``where``) on a card of ``vram_gib`` with ``tenants_gib`` taken by other
-    programs, holding ``weights_gib`` of weights; KV of ``kv_kib_per_token`` per token."""
+    programs, holding ``weights_gib`` of weights; KV of ``kv_kib_per_token`` per token, and for a model with
+    linear-attention layers ``state_kib_per_sequence`` per sequence it may batch (:func:`max_num_seqs` of them,
+    set aside before the tokens are counted, as vLLM's hybrid allocator gives each running request its state)."""
     sc = e.scheduler
     it = e.iteration
     left = vram_gib - tenants_gib - weights_gib - e.runtime_gib
@@ -68,15 +70,21 @@ def kv_pool(where: str, e: Engine, *, vram_gib: float, tenants_gib: float, weigh
         raise SimulationError(f"{where_key}: does not fit: {vram_gib:g} GiB less other tenants {tenants_gib:g} GiB, "
                               f"weights {weights_gib:.2f} GiB and runtime {e.runtime_gib:g} GiB leaves no room for a "
                               "KV pool")
-    tokens = int(gib * GIB // per_token)
+    states = max_num_seqs(e) * state_kib_per_sequence * KIB / GIB
+    if states >= gib:
+        raise SimulationError(f"{where_key}: a KV pool of {gib:.3g} GiB cannot hold the per-sequence states of "
+                              f"{max_num_seqs(e)} sequences ({states:.3g} GiB of {state_kib_per_sequence:g} KiB each, "
+                              "the model's linear-attention layers): fewer max_num_seqs, or more memory")
+    tokens = int((gib - states) * GIB // per_token)
     if tokens < 1:
         raise SimulationError(f"{where_key}: a KV pool of {gib:.3g} GiB holds no token of {kv_kib_per_token:g} KiB")
     return Pool(tokens, gib, weights_gib + e.runtime_gib + gib)
 
 
-def moe_kv_pool(e: Engine, *, kv_kib_per_token: float, left_gib: float) -> Pool:
+def moe_kv_pool(e: Engine, *, kv_kib_per_token: float, left_gib: float, state_kib_per_sequence: float = 0.0) -> Pool:
     """The pool of a batching MoE engine: the scheduler's block override, else the context it allocates KV for
-    (``context_tokens``, inside its overhead), else what its expert cache leaves (``left_gib``)."""
+    (``context_tokens``, inside its overhead), else what its expert cache leaves (``left_gib``) once the per-sequence
+    states of a model with linear-attention layers are set aside (one per sequence it may batch)."""
     sc = e.scheduler
     per_token = kv_kib_per_token * KIB
     if sc is not None and sc.num_gpu_blocks_override is not None:
@@ -84,7 +92,8 @@ def moe_kv_pool(e: Engine, *, kv_kib_per_token: float, left_gib: float) -> Pool:
     elif e.context_tokens > 0:
         tokens = e.context_tokens
     else:
-        tokens = int(left_gib * GIB // per_token) if per_token > 0 else 10**12
+        left = left_gib - max_num_seqs(e) * state_kib_per_sequence * KIB / GIB if state_kib_per_sequence else left_gib
+        tokens = int(left * GIB // per_token) if per_token > 0 else 10**12
     return Pool(tokens, tokens * per_token / GIB, 0.0)
 
 

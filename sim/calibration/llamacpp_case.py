@@ -18,7 +18,7 @@ class Case:
     source: str
     setup: str
     grade: str
-    quantity: str  # tg_tok_s | pp_tok_s | vram_gib
+    quantity: str  # tg_tok_s | pp_tok_s | vram_gib; llama-batched-bench: btg_tok_s (S_TG) | bpp_tok_s (S_PP)
     measured: float
     scenario: Scenario
     settings: LlamaCpp
@@ -29,6 +29,7 @@ class Case:
     engine: str = "llama.cpp"
     label: str = ""
     memory_arch: str = "discrete"
+    batch: int = 0  # llama-batched-bench: B sequences (tokens is B x TG or B x PP, depth is PP); 0: llama-bench
 
     @property
     def test(self) -> str:

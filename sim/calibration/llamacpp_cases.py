@@ -21,7 +21,8 @@ from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
 
 TABLES = ("offload_sweeps.csv", "backends_llamabench.csv", "depth_sweeps_cuda.csv", "moe_full_gpu_consumer.csv",
-          "unified_memory_llamabench.csv")
+          "unified_memory_llamabench.csv", "unified_memory_concurrency.csv")
+BATCHED = "unified_memory_concurrency.csv"  # its llama-batched-bench rows (serving sweeps: sim.fidelity.concurrency)
 SETUPS = os.path.join("calibration", "llamacpp_setups.yaml")
 MODELS = os.path.join("calibration", "models", "index.yaml")
 
@@ -125,8 +126,8 @@ def _scenario(setup: str, machine_spec: dict, model_file: str, model: dict, sour
         gen = m.get("slot_gen") or card.get("pcie_max_gen") or 4
         lanes = m.get("slot_lanes") or card.get("pcie_max_lanes") or 16
         for i in range(int(m.get("gpus", 1))):
-            gpus[f"gpu{i}"] = {"type": m["gpu"], "slot_gen": gen, "slot_lanes": lanes,
-                               "reserved_gib": m.get("reserved_gib") or 0.0}
+            gpus[f"gpu{i}"] = {"type": m["gpu"], "reserved_gib": m.get("reserved_gib") or 0.0} | \
+                ({} if card.get("unified") else {"slot_gen": gen, "slot_lanes": lanes})
     entry: dict[str, Any] = {"file": model_file}
     if model.get("quant"):
         entry["quant"] = model["quant"]
@@ -139,6 +140,11 @@ def _scenario(setup: str, machine_spec: dict, model_file: str, model: dict, sour
     if gpus:
         engine["gpu"] = "gpu0"
     machine: dict[str, Any] = {"host": host, "gpus": gpus, "engine": engine}
+    if card.get("unified") and gpus:  # what the GPU could map, as stated; else all a run that loaded could have had
+        from sim.config.unified import OS_KEEPS_GIB
+
+        pool = float(host.get("ram_gib") or card["vram_gib"])
+        machine["unified_memory_gib"] = float(m.get("unified_gpu_gib") or pool - OS_KEEPS_GIB)
     if m.get("disk"):  # the disk mapped weights that do not stay resident are read from, by llama.cpp's mmap
         machine["disk"] = "disk"
         machine["loader"] = {"kind": "llamacpp_mmap" if llama.get("mmap", True) else "llamacpp_no_mmap"}
@@ -181,6 +187,8 @@ def read_cases(root: str, tables: tuple[str, ...] = TABLES) -> CaseTable:
 def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: str, root: str,
                scenarios: dict, out: CaseTable) -> None:
     setup, rid, source_id = row["setup_id"], row["row_id"], row["source_id"]
+    if table == BATCHED and "batched-bench" not in str(row.get("engine") or ""):
+        return  # a serving sweep under load: the concurrency domain's row
 
     def exclude(why: str) -> None:
         out.excluded.append((table, rid, source_id, setup, why))
@@ -250,6 +258,10 @@ def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: st
         lc = LlamaCpp(**settings)
     except Exception as exc:  # noqa: BLE001 - a mapping mistake in the setups file, said in one line
         raise ScenarioError(setups_path, f"setups.{setup}", f"row {rid}: settings {settings}: {exc}") from None
+    if table == BATCHED:
+        return _batched_cases(row, settings, setups_path, dict(table=table, row_id=rid, source=source_id, setup=setup,
+                              grade=row.get("grade") or "", scenario=scenarios[key], backend=backend,
+                              memory_arch=str(row.get("memory_arch") or "unified")), out)
     depth = _int(row.get("n_depth_kv")) or 0
     lengths = row_spec.get("lengths") or {}
     common = dict(table=table, row_id=rid, source=source_id, setup=setup, grade=row.get("grade") or "",
@@ -277,3 +289,36 @@ def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: st
         out.cases.append(Case(quantity="vram_gib", measured=vram, vram=kind, label=label, **common))
     elif row.get("vram_used_gib") and vram is None:
         exclude(f"vram_used_gib {row['vram_used_gib']!r}: not one number")
+
+
+def _batched_cases(row: dict, settings: dict, setups_path: str, common: dict, out: CaseTable) -> None:
+    """A llama-batched-bench row: S_TG and S_PP of B sequences of PP prompt and TG generated tokens, with the
+    run's -c (max_model_len, n_kv_max) and the -b, -ub and -fa its notes give."""
+    notes = str(row.get("notes") or "")
+    for pattern, key in ((r"n_batch (\d+)", "batch_size"), (r"n_ubatch (\d+)", "ubatch_size")):
+        m = re.search(pattern, notes)
+        if m:
+            settings[key] = int(m.group(1))
+    m = re.search(r"flash_attn ([01])", notes)
+    if m:
+        settings["flash_attn"] = m.group(1) == "1"
+    pp, tg, b = _int(row.get("input_tokens")), _int(row.get("output_tokens")), _int(row.get("concurrency"))
+    n_kv = _int(row.get("max_model_len"))
+    if not (pp and tg and b and n_kv):
+        out.excluded.append((BATCHED, row["row_id"], common["source"], common["setup"],
+                             "PP, TG, B or n_kv_max not stated"))
+        return
+    settings["ctx_size"] = n_kv
+    settings.setdefault("parallel", b)
+    try:
+        lc = LlamaCpp(**settings)
+    except Exception as exc:  # noqa: BLE001 - a mapping mistake in the setups file, said in one line
+        raise ScenarioError(setups_path, f"setups.{common['setup']}", f"row {row['row_id']}: settings {settings}: "
+                            f"{exc}") from None
+    label = f"{row['model']} {row['quant']} batched-bench PP {pp} TG {tg} B {b}"
+    for quantity, col, tokens in (("bpp_tok_s", "pp_tok_s_aggregate", b * pp), ("btg_tok_s", "output_tok_s", b * tg)):
+        measured = _float(row.get(col))
+        if measured is None:
+            continue
+        out.cases.append(Case(quantity=quantity, measured=measured, tokens=tokens, depth=pp, batch=b, label=label,
+                              settings=lc, engine=lc.build, **common))

@@ -66,7 +66,12 @@ def build(case: Case, params: CostParams) -> Built:
         total = sum(m.total for m in cards) / GIB
         return Built(case, vram_gib=total, buffers_gib=total - sum(m.context for m in cards) / GIB)
     try:
-        if case.test == "pp":
+        if case.batch:  # llama-batched-bench: B prompts of PP tokens, or TG steps of B sequences after them
+            from sim.llamacpp.batched import generation_ledger, prompts_ledger
+
+            lg = prompts_ledger(st, case.depth, case.batch) if case.test == "bpp" else \
+                generation_ledger(st, case.depth, case.tokens // case.batch, case.batch)
+        elif case.test == "pp":
             lg = e.prompt_ledger(case.tokens, case.depth, min(s.ubatch_size, s.batch_size))
         else:
             lg = e.generate_ledger(case.tokens, case.depth)

@@ -24,11 +24,16 @@ MACHINE_OPTIONS = [
     click.option("--host", default=None, help="Catalog host (sim catalog --kind hosts), e.g. ryzen7_9700x."),
     click.option("--ram-gib", type=float, default=None, help="Host RAM installed (GiB): placements needing more "
                  "are left out."),
-    click.option("--os", "os_name", type=click.Choice(["linux", "windows"]), default="linux", show_default=True,
-                 help="windows: WDDM keeps VRAM for the desktop and falls back to shared memory."),
+    click.option("--os", "os_name", type=click.Choice(["linux", "windows", "macos"]), default=None,
+                 help="windows: WDDM keeps VRAM for the desktop and falls back to shared memory; default macos for an "
+                 "Apple chip, linux otherwise."),
     click.option("--slot-gen", type=int, default=None, help="PCIe generation of the slot (default: the card's)."),
     click.option("--slot-lanes", type=int, default=16, show_default=True, help="PCIe lanes of the slot."),
     click.option("--reserved-gib", type=float, default=0.0, help="VRAM other processes hold on each card (GiB)."),
+    click.option("--gpu-gib", type=float, default=None, help="A unified-memory chip (GB10, Strix Halo, Apple): "
+                 "what its GPU may allocate of the pool (GiB), as iogpu.wired_limit_mb or the GTT size sets it; "
+                 "default: the platform's rule (sim advise then searches up to all the OS leaves and says what to "
+                 "set)."),
 ]
 
 
@@ -39,7 +44,8 @@ def machine_options(fn):
 
 
 def _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name, slot_gen,
-                      slot_lanes, reserved_gib, settings: dict | None = None, bench: dict | None = None):
+                      slot_lanes, reserved_gib, settings: dict | None = None, bench: dict | None = None,
+                      gpu_gib: float | None = None):
     """(scenario, machine name): the scenario file's llama.cpp machine, or one built from the options."""
     from sim.llamacpp.machine import MachineSpec, build_scenario, scenario_dict
 
@@ -55,9 +61,41 @@ def _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, r
     if missing:
         raise ScenarioError("command line", missing[0], "missing: give a scenario, or --model, --gpu and --host")
     spec = MachineSpec(gpu, host, gpus=gpus, slot_gen=slot_gen, slot_lanes=slot_lanes, os=os_name,
-                       reserved_gib=reserved_gib, host_fields={"ram_gib": ram_gib} if ram_gib else {})
+                       reserved_gib=reserved_gib, host_fields={"ram_gib": ram_gib} if ram_gib else {},
+                       gpu_gib=_gpu_gib(gpu, gpu_gib))
     raw = scenario_dict(spec, model_file, quant, settings or {}, model_gib, bench=bench)
     return build_scenario(raw, "command line"), "box"
+
+
+def _gpu_gib(gpu: str | None, gib: float | None) -> float | None:
+    """--gpu-gib, checked: only a unified-memory chip's GPU has a share of a pool to set."""
+    if gib is None:
+        return None
+    from sim.catalog import gpu_entries
+
+    if not gpu_entries().get(gpu or "", {}).get("unified"):
+        raise ScenarioError("--gpu-gib", str(gib), "only for a unified-memory chip (--gpu gb10, radeon_8060s, m2_max, "
+                            "...): a discrete card's VRAM is its own")
+    if not math.isfinite(gib) or gib <= 0:
+        raise ScenarioError("--gpu-gib", str(gib), "expected GiB, more than 0")
+    return gib
+
+
+def _unified_search(scn, machine: str) -> dict | None:
+    """On a unified machine whose GPU share is the platform's default: search with all of the pool the OS leaves
+    (a placement beyond the default then says what to set); None for a discrete machine."""
+    from sim.config.unified import gpu_memory_gib, gpu_memory_rule, most_gpu_gib, pool_gib, unified_card
+
+    m = scn.machines[machine]
+    card = unified_card(scn, m)
+    if card is None:
+        return None
+    info = {"pool_gib": pool_gib(scn, m), "default_gib": gpu_memory_gib(scn, m), "rule": gpu_memory_rule(scn, m),
+            "vendor": card.vendor, "os": m.host.os if m.host is not None else "linux", "set": m.unified_memory_gib}
+    info["raised"] = m.unified_memory_gib is None and most_gpu_gib(scn, m) > info["default_gib"]
+    if info["raised"]:
+        scn.machines[machine] = m.model_copy(update={"unified_memory_gib": most_gpu_gib(scn, m)})
+    return info
 
 
 def _anchor(text: str | None, base) -> dict:
@@ -116,7 +154,7 @@ def _anchor(text: str | None, base) -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @user_errors
 def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name, slot_gen, slot_lanes,
-           reserved_gib,
+           reserved_gib, gpu_gib,
            n_prompt, n_gen, depth, ctx, parallel, ubatches, kv_types, anchor, margin_gib, top, as_json):
     """The best llama.cpp placements (--n-cpu-moe, -ngl, -ub, KV type, -np) of a model on a machine, for decode,
     for prefill and for a request of --prompt + --gen tokens: predicted tok/s with a 90% band, VRAM and RAM, and
@@ -149,7 +187,8 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
         raise ScenarioError("--ctx", str(ctx), "expected at least 1 token")
     start = time.perf_counter()
     scn, machine = _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name,
-                                     slot_gen, slot_lanes, reserved_gib)
+                                     slot_gen, slot_lanes, reserved_gib, gpu_gib=gpu_gib)
+    unified = _unified_search(scn, machine)
     base = scn.machines[machine].engine.llamacpp
     from sim.llamacpp.params import BAND as band
     from sim.llamacpp.params import BAND_WITHIN as within
@@ -161,7 +200,7 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
         first = next(iter(adv.rejected.values()), "no placement searched")
         fail(f"no placement of the model loads on this machine ({len(adv.rejected)} tried); the first: {first}", 1)
     what = {"scenario": scn, "machine": machine, "n_prompt": n_prompt, "n_gen": n_gen, "depth": depth, "ctx": ctx,
-            "seconds": time.perf_counter() - start}
+            "seconds": time.perf_counter() - start, "unified": unified, "margin_gib": margin_gib}
     if as_json:
         from sim.cli.llamacpp_text import advice_json
 
@@ -272,11 +311,12 @@ def fit_auto(scn, machine: str, margin_gib: float = 1.0):
 @click.option("--json", "as_json", is_flag=True, help="Print the run as sim run --json does.")
 @user_errors
 def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name, slot_gen, slot_lanes,
-          reserved_gib, write_to, as_json):
-    """Run (or --write) a scenario from a pasted llama-server / llama-cli / llama-bench / llama-sweep-bench
-    COMMAND_LINE on the machine --gpu and --host name (catalog types). The model is the command's -m when it is a
-    GGUF file here, else --model (a config.json with --quant). A llama-bench line runs its tests (every value of a
-    swept flag, as llama-bench does); a server or cli line runs llama-bench's defaults, pp512 and tg128."""
+          reserved_gib, gpu_gib, write_to, as_json):
+    """Run (or --write) a scenario from a pasted llama-server / llama-cli / llama-bench / llama-sweep-bench /
+    llama-batched-bench COMMAND_LINE on the machine --gpu and --host name (catalog types). The model is the command's
+    -m when it is a GGUF file here, else --model (a config.json with --quant). A llama-bench line runs its tests
+    (every value of a swept flag, as llama-bench does); a llama-batched-bench line prints its table, a row per -npp x
+    -ntg x -npl test that fits in -c; a server or cli line runs llama-bench's defaults, pp512 and tg128."""
     import yaml
 
     from sim.llamacpp.cmdline import parse_command
@@ -295,10 +335,16 @@ def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, 
     settings, notes = command_settings(cmd)
     auto = settings.pop("_fit", False)
     b = cmd.bench or {}
-    bench = {"n_prompt": list(b.get("n_prompt", [512])), "n_gen": list(b.get("n_gen", [128])),
-             "n_depth": list(b.get("n_depth", [0]))}
+    batched = cmd.program == "llama-batched-bench"
+    bench = None if batched else {"n_prompt": list(b.get("n_prompt", [512])), "n_gen": list(b.get("n_gen", [128])),
+                                  "n_depth": list(b.get("n_depth", [0]))}
+    if batched:
+        from sim.cli.llamacpp_text import batched_notes
+
+        notes += batched_notes(cmd, settings)
     spec = MachineSpec(gpu, host, gpus=gpus, slot_gen=slot_gen, slot_lanes=slot_lanes, os=os_name,
-                       reserved_gib=reserved_gib, host_fields={"ram_gib": ram_gib} if ram_gib else {})
+                       reserved_gib=reserved_gib, host_fields={"ram_gib": ram_gib} if ram_gib else {},
+                       gpu_gib=_gpu_gib(gpu, gpu_gib))
     raw = scenario_dict(spec, path, quant, settings, model_gib, name="llama", bench=bench)
     raw["description"] = f"From: {command_line.strip()[:400]}"
     scn = build_scenario(raw, "command line")
@@ -312,9 +358,38 @@ def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, 
         from sim.core.output import atomic_write_text
 
         atomic_write_text(write_to, yaml.safe_dump(raw, sort_keys=False, width=120))
-        click.echo(f"wrote {write_to} (sim run {write_to})")
+        click.echo(f"wrote {write_to} (sim run {write_to})" + (
+            "; a scenario holds the machine and engine, not llama-batched-bench's -npp / -ntg / -npl tests: run the "
+            "line with sim llama" if batched else ""))
+        return
+    if batched:
+        _run_batched(scn, cmd, as_json)
         return
     _run_with_sweeps(raw, scn, cmd, as_json)
+
+
+def _run_batched(scn, cmd, as_json: bool) -> None:
+    """llama-batched-bench's tests of the line on the scenario's machine: its table, or the rows as JSON."""
+    from sim.cli.llamacpp_text import batched_json, batched_text
+    from sim.core.errors import SimulationError
+    from sim.llamacpp.batched import batched_setup, run_batched
+    from sim.llamacpp.cmdline_batched import batched_tests
+
+    b, settings = cmd.bench, scn.machines["box"].engine.llamacpp
+    rows = run_batched(scn, "box", settings, b["n_pp"], b["n_tg"], b["n_pl"], pp_shared=b["is_pp_shared"])
+    done = {(r.pp, r.tg, r.b) for r in rows}
+    skipped = [test for test in batched_tests(b) if test not in done]
+    try:
+        setup = batched_setup(scn, "box", settings, b["n_pl"] or [1])
+    except SimulationError:
+        setup = None  # the rows say why
+    what = {"scenario": scn, "machine": "box", "settings": settings, "bench": b, "setup": setup, "skipped": skipped}
+    if as_json:
+        from sim.core.output import dumps
+
+        click.echo(dumps(batched_json(rows, what)), nl=False)
+        return
+    click.echo("\n".join(batched_text(rows, what)))
 
 
 def _run_with_sweeps(raw: dict, scn, cmd, as_json: bool) -> None:

@@ -93,6 +93,11 @@ def _machine(s: Scenario, name: str, m: Machine) -> list[Problem]:
         errs += _engine(s, m, f"{p}.engine", m.engine)
     for gname, g in m.gpus.items():
         errs += _gpu(s, f"{p}.gpus.{gname}", g)
+        card = s.gpus.get(g.type)
+        if card is not None and card.unified != (m.kind == "unified"):
+            errs.append((f"{p}.kind", m.kind, f"{'unified' if card.unified else 'discrete'}: {g.type} is "
+                         + ("a unified-memory chip (its memory is the machine's)" if card.unified else
+                            "a card behind PCIe")))
     if m.host is not None and m.host.type is not None:
         from sim.catalog import closest, host_entries
 
@@ -123,6 +128,9 @@ def _gpu(s: Scenario, p: str, g) -> list[Problem]:
     card = s.gpus.get(g.type)
     if card is None or card.pcie_max_gen is None:  # unknown (reported above), or a unified chip: no link to check
         return errs
+    if g.slot_gen is None:
+        return errs + [(f"{p}.slot_gen", None, "missing: the PCIe generation of the slot (only a unified-memory "
+                        "chip has none)")]
     for what, neg, card_max, slot in (("gen", g.negotiated_gen, card.pcie_max_gen, g.slot_gen),
                                       ("lanes", g.negotiated_lanes, card.pcie_max_lanes, g.slot_lanes)):
         if neg is not None and neg > min(card_max, slot):

@@ -62,6 +62,24 @@ def _fill_gpu_types(raw: dict, filled: list[str]) -> None:
         if name not in types:
             types[name] = {}
         _fill_missing(types[name], spec, f"gpus.{name}", filled)
+    _fill_unified(machines, types, filled)
+
+
+def _fill_unified(machines: Any, types: dict, filled: list[str]) -> None:
+    """A machine whose GPU is a unified-memory chip is a unified machine, and its GPU has no PCIe slot."""
+    for mname, m in (machines.items() if isinstance(machines, dict) else ()):
+        gpus = m.get("gpus") if isinstance(m, dict) else None
+        if not isinstance(gpus, dict):
+            continue
+        for g in gpus.values():
+            card = types.get(g.get("type")) if isinstance(g, dict) and isinstance(g.get("type"), str) else None
+            if not isinstance(card, dict) or card.get("unified") is not True:
+                continue
+            if "slot_gen" not in g:
+                g["slot_gen"] = None
+            if "kind" not in m:
+                m["kind"] = "unified"
+                filled.append(f"machines.{mname}.kind")
 
 
 def _fill_hosts(raw: dict, filled: list[str]) -> None:

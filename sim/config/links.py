@@ -24,13 +24,18 @@ class LinkInfo:
     gbps: float  # what a host->GPU copy gets (GB/s)
     measured: bool  # gbps came from a measured figure, not gen x lanes x efficiency
 
+    @property
+    def label(self) -> str:
+        """``Gen4 x16``, or ``unified memory`` for a unified chip (no PCIe link)."""
+        return f"Gen{self.gen} x{self.lanes}" if self.card_max_gen else "unified memory"
+
 
 def link_info(scn: Scenario, machine: Machine, gpu_name: str) -> LinkInfo:
     gpu = machine.gpus[gpu_name]
     card = scn.gpus[gpu.type]
     if card.pcie_max_gen is None:  # a unified-memory chip: a "copy" to the GPU stays in the one memory pool
         bw = float(card.hbm_gbps or 0.0)
-        return LinkInfo(0, 0, slot_gen=gpu.slot_gen, slot_lanes=gpu.slot_lanes, gen=0, lanes=0, paper_gbps=bw,
+        return LinkInfo(0, 0, slot_gen=gpu.slot_gen or 0, slot_lanes=gpu.slot_lanes, gen=0, lanes=0, paper_gbps=bw,
                         efficiency=1.0, gbps=bw, measured=False)
     gen = min(card.pcie_max_gen, gpu.slot_gen, gpu.negotiated_gen or 99)
     lanes = min(card.pcie_max_lanes, gpu.slot_lanes, gpu.negotiated_lanes or 99)

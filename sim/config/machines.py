@@ -144,7 +144,8 @@ class GpuType(Strict):
 
 class Gpu(Strict):
     type: str = Field(description="Key of a GPU type under 'gpus'.")
-    slot_gen: Gen = Field(description="PCIe generation the motherboard slot offers.")
+    slot_gen: Gen | None = Field(description="PCIe generation the motherboard slot offers (null for a "
+                                 "unified-memory chip, which has no slot: filled in for one).")
     slot_lanes: Lanes = Field(16, description="Lanes the slot offers (electrically).")
     negotiated_gen: Gen | None = Field(
         None, description="Generation the link really trains to under load, when lower than card and slot allow.")
@@ -258,7 +259,9 @@ class Startup(Strict):
 
 class Machine(Strict):
     kind: Literal["discrete", "unified"] = Field(
-        "discrete", description="discrete: GPUs behind PCIe; unified: Apple-style unified memory, no PCIe stage.")
+        "discrete", description="discrete: GPUs behind PCIe; unified: one memory pool shared by the CPU and a GPU "
+        "(GB10, Strix Halo, Apple M), no PCIe stage. Filled in as unified for a machine whose GPU is a unified-memory "
+        "chip.")
     disk: str | None = Field(None, description="Key of a disk under 'disks' holding the model files (none: no loads).")
     page_cache_gib: float = Field(0.0, ge=0, le=MAX_GIB, description="Host RAM available to the page cache (GiB).")
     loader: Loader = Loader()
@@ -267,7 +270,9 @@ class Machine(Strict):
     engine: Engine | None = Field(None, description="An expert-offloading engine serving an MoE model.")
     gpus: dict[str, Gpu] = Field(default_factory=dict, description="GPUs of a discrete machine, by name.")
     unified_memory_gib: float | None = Field(None, gt=0, le=MAX_GIB,
-        description="Unified memory usable for weights (GiB).")
+        description="Unified memory the GPU may allocate (GiB): macOS's iogpu.wired_limit_mb, Linux's amdgpu GTT "
+        "(amdgpu.gttsize, ttm.pages_limit) with the BIOS carve-out. With a GPU entry the default is the platform's "
+        "rule applied to host.ram_gib (sim.config.unified); without one (a loading-only machine) required.")
     decode_tok_s: dict[str, PositiveFloat] = Field(
         default_factory=dict, description="Measured decode rate per model key (tokens/s).")
     decode_jitter_cv: float = Field(
@@ -286,8 +291,10 @@ class Machine(Strict):
             raise ValueError("a discrete machine needs at least one entry under 'gpus' (only a llama.cpp engine runs "
                              "on the CPU alone)")
         if self.kind == "unified":
-            if self.gpus:
-                raise ValueError("a unified-memory machine has no 'gpus' (no PCIe stage)")
-            if self.unified_memory_gib is None:
-                raise ValueError("a unified-memory machine needs 'unified_memory_gib'")
+            if len(self.gpus) > 1:
+                raise ValueError("a unified-memory machine has one GPU (its chip's), not "
+                                 f"{len(self.gpus)}")
+            if not self.gpus and self.unified_memory_gib is None:
+                raise ValueError("a unified-memory machine needs 'unified_memory_gib', or its chip under 'gpus' "
+                                 "(e.g. gpus: {gpu0: {type: gb10}})")
         return self

@@ -42,6 +42,11 @@ class Draft(Strict):
     head_mib: float = Field(0.0, ge=0, le=MAX_MIB, description="VRAM the draft head reserves (MiB).")
 
 
+STATE_DOC = ("Per-sequence state of the model's linear-attention (Gated DeltaNet) layers, all of them (KiB): an "
+             "engine keeps one per running sequence beside the per-token KV, and a decode step reads and writes it. "
+             "From the model file at f32, as llama.cpp keeps it (0: none).")
+
+
 class Moe(Strict):
     layers: int = Field(gt=0, description="MoE layers.")
     experts_per_layer: int = Field(gt=0, description="Routed experts per layer.")
@@ -52,6 +57,7 @@ class Moe(Strict):
         None, ge=0, le=MAX_WEIGHTS_GIB,
         description="Weights outside the routed experts: attention, shared experts, embeddings (GiB).")
     kv_kib_per_token: float | None = Field(None, ge=0, le=MAX_KIB, description="KV cache per token of context (KiB).")
+    state_kib_per_sequence: float = Field(0.0, ge=0, le=MAX_KIB * 1e6, description=STATE_DOC)
     hidden: int | None = Field(
         None, gt=0, le=1_000_000, description="Model width: attention costs 4 x layers x hidden FLOPs per pair of a "
         "position and a context token (continuous batching's prefill attention). Default: not counted.")
@@ -83,6 +89,7 @@ class Dense(Strict):
                         "token of context.")
     kv_kib_per_token: float = Field(ge=MIN_KIB, le=MAX_KIB,
         description="KV cache per token of context, all layers (KiB).")
+    state_kib_per_sequence: float = Field(0.0, ge=0, le=MAX_KIB * 1e6, description=STATE_DOC)
 
 
 class ModelSpec(Strict):

@@ -12,6 +12,7 @@ from sim.batching.server import Scheduler
 from sim.config.engine import Engine
 from sim.config.links import link_info
 from sim.config.scenario import Scenario
+from sim.config.unified import card_capacity_gib
 from sim.core.units import GB, GIB, KIB, MIB
 from sim.serving.metrics import VramRows
 
@@ -46,16 +47,19 @@ def setup_dense(scn: Scenario, machine: str) -> DenseSetup:
     gpu = m.gpus[e.gpu]
     card = scn.gpus[gpu.type]
     it = e.iteration
-    pool = kv_pool(f"machines.{machine}.engine", e, vram_gib=card.vram_gib, tenants_gib=gpu.reserved_gib,
-                   weights_gib=spec.weights_gib, kv_kib_per_token=arch.kv_kib_per_token)
+    capacity = card_capacity_gib(scn, m, e.gpu)
+    pool = kv_pool(f"machines.{machine}.engine", e, vram_gib=capacity, tenants_gib=gpu.reserved_gib,
+                   weights_gib=spec.weights_gib, kv_kib_per_token=arch.kv_kib_per_token,
+                   state_kib_per_sequence=arch.state_kib_per_sequence)
     assert it.memory_efficiency is not None and it.compute_efficiency is not None and it.overhead_s is not None
     assert card.hbm_gbps is not None and card.tflops is not None
     cost = StepCost.build(weights_bytes=spec.weights_gib * GIB, kv_kib_per_token=arch.kv_kib_per_token,
                           params_b=arch.params_b, layers=arch.layers, hidden=arch.hidden,
                           hbm_gbps=card.hbm_gbps, tflops=card.tflops, memory_efficiency=it.memory_efficiency,
-                          compute_efficiency=it.compute_efficiency, overhead_s=it.overhead_s)
+                          compute_efficiency=it.compute_efficiency, overhead_s=it.overhead_s,
+                          state_kib_per_sequence=arch.state_kib_per_sequence)
     swap = arch.kv_kib_per_token * KIB / (link_info(scn, m, e.gpu).gbps * GB)
     used = (gpu.reserved_gib + pool.engine_gib) * GIB / MIB
     return DenseSetup(machine=machine, spec=e, model=e.model, cost=cost, scheduler=scheduler_for(e, pool, swap),
                       kv_pool_tokens=pool.tokens, kv_pool_gib=pool.gib, weights_gib=spec.weights_gib,
-                      tenants_gib=gpu.reserved_gib, vram=((e.gpu, used, card.vram_gib * GIB / MIB),))
+                      tenants_gib=gpu.reserved_gib, vram=((e.gpu, used, capacity * GIB / MIB),))

@@ -9,8 +9,9 @@ What the engines express today, row by row:
   expert cache, peer GPUs holding expert copies, or layers divided across cards (``layer_split``); the llama.cpp
   engine llama.cpp's placement. None models tensor parallelism (every layer's matrices split across GPUs with an
   all-reduce per layer), so the 2x RTX 3090 TP=2 and the 5090 + 2x 3080 TP=3 sweeps are not expressible.
-- unified-memory machines (GB10 DGX Spark, Strix Halo): no serving engine models them yet (a later issue builds
-  them), so every row of ``unified_memory_concurrency.csv`` and the GB10 vLLM sweeps are not expressible.
+- unified-memory machines (GB10 DGX Spark, Strix Halo): every engine hosts one (:mod:`sim.config.unified`), and
+  ``unified_memory_concurrency.csv``'s llama-batched-bench rows belong to the llama.cpp domain; the GB10 vLLM sweeps
+  and the Strix Halo vLLM / llama-server rows are not set up (their engines' costs and settings are not mapped).
 - LCPP20586-4090 (llama-bench pp512 against batch size on an RTX 4090) belongs to the llama.cpp domain.
 
 Every row is therefore excluded, each with its reason; :meth:`ConcurrencyDomain.fit` and
@@ -31,8 +32,10 @@ from sim.fidelity.tables import read_csv
 
 TABLES = ("concurrency.csv", "unified_memory_concurrency.csv")
 PUBLIC = Path(__file__).resolve().parents[2] / "calibration" / "public"
-UNIFIED = ("unified-memory machine ({what}): no serving engine models unified memory yet (a later issue builds it); "
-           "the batching and MoE engines serve discrete GPUs behind PCIe")
+UNIFIED = ("unified-memory machine ({what}): the serving engines host unified machines now, but no vLLM or "
+           "llama-server run on one is set up (its engine's costs, the model's per-sequence state and the server's "
+           "settings are not mapped yet)")
+BATCHED = "llama.cpp domain: llama-batched-bench's S_PP and S_TG, predicted by the llama.cpp engine's batched steps"
 TENSOR_PARALLEL = ("tensor-parallel across {n} GPUs ({tp}): no engine models tensor parallelism (the batching engine "
                    "serves one GPU; the MoE engine's peers hold expert copies and its layer_split divides layers, not "
                    "each layer's matrices)")
@@ -60,6 +63,8 @@ def read_rows(path: str) -> list[dict[str, str]]:
 def why_excluded(r: dict[str, str]) -> str:
     """Why no engine of the project expresses a row of the concurrency tables."""
     gpu, engine = r["gpu"].lower(), r["engine"].lower()
+    if "batched-bench" in engine:
+        return BATCHED
     if r.get("memory_arch", "").lower() == "unified" or "unified" in gpu or "gb10" in gpu or "strix halo" in gpu:
         what = "GB10, DGX Spark" if "gb10" in gpu else "Strix Halo" if "strix halo" in gpu else "unified memory"
         return UNIFIED.format(what=what)

@@ -12,7 +12,7 @@ from sim.calibration.llamacpp_fit import fit, predict
 from sim.fidelity.domain import Excluded, Observation, Prediction
 from sim.llamacpp.params import CostParams
 
-UNITS = {"tg_tok_s": "tok/s", "pp_tok_s": "tok/s", "vram_gib": "GiB"}
+UNITS = {"tg_tok_s": "tok/s", "pp_tok_s": "tok/s", "vram_gib": "GiB", "btg_tok_s": "tok/s", "bpp_tok_s": "tok/s"}
 
 
 @dataclass

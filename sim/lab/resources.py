@@ -76,8 +76,9 @@ class StageCosts:
 
 def memory_targets(scn: Scenario, machine: Machine) -> list[MemoryTarget]:
     if machine.kind == "unified":
-        assert machine.unified_memory_gib is not None
-        return [MemoryTarget("unified", machine.unified_memory_gib * GIB, None)]
+        from sim.config.unified import gpu_memory_gib
+
+        return [MemoryTarget("unified", gpu_memory_gib(scn, machine) * GIB, None)]
     out = []
     for name, gpu in machine.gpus.items():
         cap = max(0.0, scn.gpus[gpu.type].vram_gib - gpu.reserved_gib) * GIB

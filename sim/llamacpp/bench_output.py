@@ -1,13 +1,13 @@
 """Read what llama-bench and ik_llama.cpp's llama-sweep-bench print into one record per measured test, in any output
 format (found from the text, which may mix them with log lines): llama-bench ``-o md`` (``| model | size | params |
-backend | ngl | ... | test | t/s |``, also rows whose header was cut off: size, count, backend, model and ngl are
-known by form and place), ``-o csv | json | jsonl | sql`` (the fields of llama-bench's ``test::get_fields()``, older
-and ik_llama.cpp sets included), llama-sweep-bench's ``| PP | TG | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s |``
-(a pp and a tg record per row; the ``main: n_kv_max = ...`` line before it gives batch sizes, threads, ngl, fa) and
-its ``--output-format jsonl``. Every non-blank line goes to one place: a record (or a header, separator or JSON
-bracket), ``skipped`` (log lines, build info, other tables) or ``bad`` with a reason (a row of a table's shape whose
-values cannot be read). Nothing raises on any text but :class:`ScenarioError` for an input over ``MAX_BYTES`` or
-``MAX_LINES``.
+backend | ngl | ... | test | t/s |``, also rows whose header was cut off: size, count, backend, model and ngl are known
+by form and place), ``-o csv | json | jsonl | sql`` (the fields of llama-bench's ``test::get_fields()``, older and
+ik_llama.cpp sets included), llama-sweep-bench's ``| PP | TG | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s |`` (a pp
+and a tg record per row; the ``main: n_kv_max = ...`` line before it gives batch sizes, threads, ngl, fa) and its
+``--output-format jsonl``. Every non-blank line goes to one place: a record (or a header, separator or JSON bracket),
+``skipped`` (log lines, build info, other tables: llama-batched-bench's is read by :mod:`sim.llamacpp.batched_output`)
+or ``bad`` with a reason (a row of a table's shape whose values cannot be read). Nothing raises on any text but
+:class:`ScenarioError` for an input over ``MAX_BYTES`` or ``MAX_LINES``.
 """
 
 from __future__ import annotations
@@ -313,13 +313,12 @@ class _Reader:
     """One pass over the lines; state: the markdown table, csv header and sweep-bench parameters in force."""
 
     def __init__(self, lines: list[str], source: str):
-        self.lines, self.runs = lines, BenchRuns(source=source, format="none")
+        self.lines, self.runs, self.in_array = lines, BenchRuns(source=source, format="none"), False  # in_array: JSON
         self.md_names: list[str] | None = None  # the header of the llama-bench or sweep-bench table in force
         self.md_kind = ""  # "bench" or "sweep"
         self.run_records: list[BenchRecord] = []  # markdown records since the last run boundary (for a build footer)
         self.csv_names: list[str] | None = None
         self.sweep_context: dict[str, Any] = {}
-        self.in_array = False
 
     def add(self, index: int, make: Any, *args: Any) -> list[BenchRecord]:
         """The records ``make(*args)`` gives, kept; a :class:`_Bad` makes line ``index`` bad."""
@@ -381,7 +380,8 @@ class _Reader:
         if not text.strip("|-: "):
             return  # a header's separator
         names = [_clean(cell).lower() for cell in cells] if ("t/s" in text or "N_KV" in text) else []
-        if ("test" in names and "t/s" in names) or all(column in names for column in _SWEEP_COLUMNS):
+        if ("test" in names and "t/s" in names) or ("b" not in names and all(  # B: llama-batched-bench's table
+                column in names for column in _SWEEP_COLUMNS)):
             self.md_names, self.md_kind = names, "bench" if "test" in names else "sweep"
             if self.md_kind == "bench":
                 self.run_records, self.sweep_context = [], {}
@@ -438,14 +438,15 @@ class _Reader:
         try:
             value, stop = json.JSONDecoder().raw_decode(chunk, chunk.index(text[0]))
         except (ValueError, RecursionError) as exc:
-            if (_BENCH_KEYS | _SWEEP_KEYS) & set(re.findall(r'"(\w+)"\s*:', chunk[:4000])):
+            keys = set(re.findall(r'"(\w+)"\s*:', chunk[:4000]))
+            if (_BENCH_KEYS | _SWEEP_KEYS) & keys and "pl" not in keys:  # pl: llama-batched-bench's jsonl (its nan)
                 self.runs.bad.append(BadLine(index + 1, _cut(f"unreadable JSON: {exc}")))
             else:
                 self.runs.skipped.append(index + 1)
             return index + 1
         fmt = "json" if self.in_array or isinstance(value, list) else "jsonl"
         for item in value if isinstance(value, list) else [value]:
-            if not isinstance(item, dict) or not (_BENCH_KEYS | _SWEEP_KEYS) & set(item):
+            if not isinstance(item, dict) or "pl" in item or not (_BENCH_KEYS | _SWEEP_KEYS) & set(item):
                 self.runs.skipped.append(index + 1)
             elif _SWEEP_KEYS & set(item):
                 self.add(index, self.sweep_json, item, index + 1)

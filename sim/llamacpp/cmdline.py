@@ -1,8 +1,9 @@
 """Read a pasted llama.cpp command line into the settings that decide speed and memory; write settings as flags.
 
 Programs: ``llama-server``, ``llama-cli`` (old: ``server``, ``main``), ``llama-bench``, ik_llama.cpp's
-``llama-sweep-bench``; behind a path, environment assignments (``env``), a prompt or a wrapper (``unknown``); a line
-continued with ``\\``, POSIX quoting, a ``#`` comment, a pipe or redirection (``ignored``), ``--ctx-size=8192``.
+``llama-sweep-bench``, ``llama-batched-bench`` (its flags: :mod:`sim.llamacpp.cmdline_batched`); behind a path,
+environment assignments (``env``), a prompt or a wrapper (``unknown``); a line continued with ``\\``, POSIX quoting, a
+``#`` comment, a pipe or redirection (``ignored``), ``--ctx-size=8192``.
 
 Spellings follow llama.cpp's ``common/arg.cpp`` (server, cli), ``tools/llama-bench/llama-bench.cpp`` and
 ik_llama.cpp's ``common/common.cpp`` (sweep-bench). A flag given twice keeps its last value, except ``-ot``, whose
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.errors import ScenarioError
+from sim.llamacpp.cmdline_batched import FLAG_ROWS, batched_sizes
 
 SOURCE = "command line"  # the "file" an error names
 MAX_LINE_CHARS = 100_000  # a pasted command line, at most (characters; shlex reads some 100k a second)
@@ -41,10 +43,9 @@ MAX_VALUES = 4096  # values one llama-bench flag (or sweep-bench's depths) may e
 ALL_LAYERS = 999  # what ``-ngl all`` is read as: any count at or above the model's layers puts every layer on a GPU
 AUTO_LAYERS = -1  # what ``-ngl auto`` is read as; llama.cpp's own value for auto (older builds: "default")
 INT32_MAX = 2**31 - 1
-PROGRAMS = ("llama-server", "llama-cli", "llama-bench", "llama-sweep-bench")
-_PROGRAM_NAMES = {"llama-server": "llama-server", "server": "llama-server", "llama-cli": "llama-cli",
-                  "main": "llama-cli", "llama-bench": "llama-bench", "llama-sweep-bench": "llama-sweep-bench",
-                  "sweep-bench": "llama-sweep-bench"}
+PROGRAMS = ("llama-server", "llama-cli", "llama-bench", "llama-sweep-bench", "llama-batched-bench")
+_PROGRAM_NAMES = {**{program: program for program in PROGRAMS}, "server": "llama-server", "main": "llama-cli",
+                  "sweep-bench": "llama-sweep-bench", "batched-bench": "llama-batched-bench"}
 BENCH_DEFAULTS: dict[str, list[int]] = {"n_prompt": [512], "n_gen": [128], "n_depth": [0], "repetitions": [5]}
 SPLIT_MODES = ("none", "layer", "row", "tensor", "graph", "attn")  # graph, attn: ik_llama.cpp
 _FA = {**dict.fromkeys(("on", "enabled", "true", "1"), True), **dict.fromkeys(("off", "disabled", "false", "0"), False),
@@ -103,6 +104,7 @@ fit onoff -fit --fit; model model -m --model
 --special --ignore-eos --simple-io --no-display-prompt -e --spm-infill -st --single-turn -mli --multiline-input
 --sweep-memory --minilog -wb --embedding --embeddings --rerank --reranking --reuse-port --send-done --hf-token""")
 _SWEEP = _COMMON | _table("repetitions bench_int1 -nrep --n-repetitions\nsweep_stride bench_int1 --sweep-stride", "")
+_BATCHED = _COMMON | _table(FLAG_ROWS, "")  # llama-batched-bench: sim.llamacpp.cmdline_batched
 # llama-bench kinds: ilist / ilist_neg (int lists and ranges), ctypes, sms, fas, bools / not_bools (0|1), lms, tss,
 # ots, devs, models, bench_ilist (to ``bench``), pg, reps, main_gpu (replaces, as llama-bench does)
 _BENCH = _table("""
@@ -239,7 +241,7 @@ _READ_EACH: dict[str, Callable[[str, str], Any]] = {  # llama-bench: one value o
     "ctypes": _to_ctype, "sms": _READ["sm"], "fas": lambda f, v: _word(f, v, _FA, "on, off or auto"),
     "bools": lambda f, v: _word(f, v, _BOOL01, "0 or 1"), "not_bools": lambda f, v: not _word(f, v, _BOOL01, "0 or 1"),
     "lms": lambda f, v: _word(f, v, _LOAD_MODES)[0], "tss": lambda f, v: _to_ts(f, v, ";/"), "devs": _READ["str"],
-    "models": _READ["str"],
+    "models": _READ["str"], "counts": lambda f, v: _to_int(f, v, 0),  # counts: llama-batched-bench's -npp
 }
 
 
@@ -405,12 +407,14 @@ def parse_command(line: str) -> LlamaCommand:
             cmd.env[token.partition("=")[0]] = token.partition("=")[2]
         elif not token.endswith(("$", "#", ">", "%")):  # a shell prompt is dropped; a wrapper (taskset ...) kept
             cmd.unknown.append(token)
-    table = {"llama-bench": _BENCH, "llama-sweep-bench": _SWEEP}.get(program, _COMMON)
+    table = {"llama-bench": _BENCH, "llama-sweep-bench": _SWEEP, "llama-batched-bench": _BATCHED}.get(program, _COMMON)
     values = _parse(after, cmd, table)
     if program == "llama-bench":
         _bench_sizes(cmd, values)
     elif program == "llama-sweep-bench":
         _sweep_bench_sizes(cmd)
+    elif program == "llama-batched-bench":
+        batched_sizes(cmd.bench, cmd.settings, values, MAX_VALUES)
     return cmd
 
 

@@ -10,15 +10,20 @@ never overlap. Every part costs the longer of its reads and its arithmetic on it
   its path (:func:`sim.llamacpp.backends.compute_path`) at ``matrix_efficiency.P x`` its dense FP16 matrix peak
   (or ``vector_efficiency.P x`` its FP32 vector peak on a path without matrix kernels), a decode step's at
   ``vector_efficiency.B_vector x`` the vector peak, a prompt's flash attention at ``flash_attn_efficiency.P x`` the
-  path's peak (``vector_flash_efficiency`` on a vector path); bytes the driver moved to shared system memory
-  (:mod:`sim.llamacpp.memory`) are read over the link at ``spill_link_share x`` its rate;
+  path's peak (``vector_flash_efficiency`` on a vector path); a unified-memory chip's GPU runs a prompt's matrix
+  products at ``soc_compute_share`` of that rate (one power budget for CPU, GPU and memory); bytes the driver moved
+  to shared system memory (:mod:`sim.llamacpp.memory`) are read over the link at ``spill_link_share x`` its rate;
 - the CPU reads at ``cpu_memory_efficiency x`` the host's paper DRAM bandwidth, or ``threads x cpu_thread_gbps``
   when fewer threads cannot pull that much, and computes at ``cpu_flops_efficiency x`` its FP32 SIMD peak (cores x
   clock x FLOPs per cycle; ik_llama.cpp's kernels: ``ik_cpu_flops_efficiency``). CPU-held weights a mapping cannot
   keep resident (host RAM smaller than them) are read from the disk each pass.
 
 A decode step of ``b`` sequences at context ``d`` reads every weight of its parts once, the routed experts its tokens
-chose (``E (1 - (1 - k/E)^b)`` of a block's ``E``) and each sequence's cache (:class:`~sim.llamacpp.layers.Mixer`).
+chose (``E (1 - (1 - k/E)^b)`` of a block's ``E``) and each sequence's cache (:class:`~sim.llamacpp.layers.Mixer`);
+up to ``VECTOR_ROWS`` sequences its products run on matrix-vector kernels, beyond on the matrix kernels a ubatch of
+``b`` tokens uses; a routed expert's product has the rows routed to it (``b k`` over the experts touched), and while
+those are at most ``VECTOR_ROWS`` it costs its reads and its vector arithmetic (the few rows of a batched step's
+experts leave llama.cpp's ``mul_mat_id`` kernels bound by the weights they stream).
 Each graph node a device runs costs ``node_s`` of its backend (:mod:`graph`), each hand-over between devices
 ``split_s``, each step (and each prompt ubatch) ``token_s`` of the main device's backend.
 
@@ -52,6 +57,7 @@ HIP_MMQ_ROWS = 128
 REFERENCE_GHZ = 4.0
 VECTOR_ROWS = 8  # rows up to which llama.cpp multiplies with matrix-vector kernels (ggml-cuda MMVQ_MAX_BATCH_SIZE)
 PAGEABLE_DRAM_PASSES = 3  # a pageable copy: the CPU reads the page, writes a pinned staging buffer, the DMA reads it
+SOC_SHARE = "soc_compute_share"  # the share of its derived peak a unified chip's GPU sustains (sim.llamacpp.params)
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class Device:
     disk_bps: float = 0.0  # CPU: the disk the non-resident weights are read from (bytes/s)
     thread_bps: float = 0.0  # CPU: what its threads can pull at most (threads x cpu_thread_gbps, bytes/s; 0: no cap)
     isa: str = ""  # CPU: its widest vector instruction set (avx2, avx512, neon, ...; "": not known)
+    soc: bool = False  # the GPU of a unified-memory chip: its prompt arithmetic at ``soc_compute_share`` of its peak
 
     @property
     def is_cpu(self) -> bool:
@@ -102,7 +109,7 @@ class Hardware:
         kernels (``kind`` float or dequant) are multiplied in FP16 by cuBLAS/hipBLAS at ``fp16_matrix_efficiency``."""
         d = self.devices[device]
         if kind != "quant" and d.backend in ("cuda", "hip") and uses_matrix_units(d.path):
-            return (self.params.name("fp16_matrix_efficiency", d.path), d.peak_flops)
+            return self._soc(d, (self.params.name("fp16_matrix_efficiency", d.path), d.peak_flops))
         if d.is_cpu:
             if d.peak_flops <= 0:
                 raise SimulationError("the host CPU's arithmetic is not known (its clock and FLOPs per cycle: a "
@@ -111,7 +118,12 @@ class Hardware:
             family = "ik_cpu_flops_efficiency" if self.ik_kernels else "cpu_flops_efficiency"
             return (self.params.name(family, d.isa) if d.isa else family, d.peak_flops)
         family = "matrix_efficiency" if uses_matrix_units(d.path) else "vector_efficiency"
-        return (self.params.name(family, d.path), d.peak_flops)
+        return self._soc(d, (self.params.name(family, d.path), d.peak_flops))
+
+    @staticmethod
+    def _soc(d: Device, channel: Channel) -> Channel:
+        """``channel`` on a unified chip's GPU: times the share of its peak an SoC sustains."""
+        return (channel[0], channel[1], None, SOC_SHARE) if d.soc else channel
 
     def vector(self, device: str) -> Channel | None:
         """The channel of a decode step's arithmetic on ``device`` (None: a CPU whose peak is not known, whose
@@ -196,10 +208,14 @@ class StepParts:
                    sums.get("fixed", 0.0))
 
 
-def _touched(experts: int, top_k: int, tokens: float) -> float:
-    """Distinct experts of a block ``tokens`` tokens choose, each ``top_k`` of ``experts`` (uniformly)."""
+def _touched(experts: int, top_k: int, tokens: float, inclusion: tuple[float, ...] = ()) -> float:
+    """Distinct experts of a block ``tokens`` tokens choose, each ``top_k`` of ``experts``: ``sum_e 1 - (1 -
+    pi_e)^tokens`` over a token's inclusion probabilities ``pi`` (:mod:`sim.llamacpp.routing`), uniform ``pi_e =
+    k / E`` when none are given."""
     if experts <= 0:
         return 0.0
+    if inclusion:
+        return float(sum(1.0 - (1.0 - p) ** tokens for p in inclusion))
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
@@ -217,6 +233,7 @@ class Engine:
     expert_offload_min_batch: int = 32  # the same for routed experts (ik_llama.cpp: 32 x experts / top-k)
     pinned_host: bool = False  # CPU weights in pinned host memory (--no-mmap with a GPU): copies at the full link rate
     flash_attn: bool = True
+    expert_inclusion: tuple[float, ...] = ()  # a token's inclusion probability of each expert (): uniform routing
     _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @cached_property
@@ -230,6 +247,14 @@ class Engine:
     def values(self) -> dict[str, float]:
         """The parameter values this engine's ledgers are evaluated with."""
         return self._values
+
+    def _touched(self, tokens: float) -> float:
+        """Distinct experts of a block ``tokens`` tokens choose (memoised per token count)."""
+        key = ("touched", tokens)
+        if key not in self._memo:
+            g = self.placement.model.geometry
+            self._memo[key] = _touched(g.experts_per_layer, g.top_k, tokens, self.expert_inclusion)
+        return self._memo[key]
 
     def _main(self) -> str:
         return self.hw.main_gpu if self.hw.main_gpu is not None else CPU
@@ -254,13 +279,23 @@ class Engine:
         for block, role, parts in pl.path:
             for device, nbytes, params in parts:
                 read, flops = nbytes, 2.0 * params * batch
+                rows = float(batch)
                 if role == "experts":
-                    read = nbytes * _touched(g.experts_per_layer, g.top_k, batch) / max(g.experts_per_layer, 1)
+                    touched = self._touched(batch)
+                    read = nbytes * touched / max(g.experts_per_layer, 1)
                     flops = 2.0 * params * batch * g.top_k / max(g.experts_per_layer, 1)
+                    rows = batch * g.top_k / max(touched, 1e-9)  # rows each touched expert multiplies
                 if device != here:
                     lg.count("split_s", 1, "split")
                     here = device
-                lg.term(self._category(device, role), *hw.work(device, read, flops, hw.vector(device)))
+                if rows > VECTOR_ROWS:  # llama.cpp's matrix kernels, as for a ubatch of ``batch`` tokens
+                    weights = params * (read / nbytes if nbytes > 0 else 1.0)
+                    for kind, share in pl.kernel_shares.get((block, role, device), {"quant": 1.0}).items():
+                        lg.term(self._category(device, role), *self._gemm(device, read * share, flops * share,
+                                                                          weights * share, batch, kind,
+                                                                          role == "experts"))
+                else:
+                    lg.term(self._category(device, role), *hw.work(device, read, flops, hw.vector(device)))
                 lg.count(hw.node(device), self._nodes(block, role, moe_blocks) * hw.host_factor,
                          "fixed:nodes")
             if role == "attention":
@@ -312,8 +347,11 @@ class Engine:
                                                           hw.vector(out)))
         lg.count(hw.node(out), OUTPUT_NODES * hw.host_factor, "fixed:nodes")
 
-    def ubatch_ledger(self, tokens: int, context: float) -> Ledger:
-        """The work of one ubatch of ``tokens`` prompt tokens after ``context`` tokens of cache."""
+    def ubatch_ledger(self, tokens: int, context: float, sequences: int = 1) -> Ledger:
+        """The work of one ubatch of ``tokens`` prompt tokens after ``context`` tokens of cache; with ``sequences``
+        > 1, ``tokens`` split equally among that many sequences (llama.cpp's equal split of a batch of several
+        sequences), each after ``context`` tokens of its own: the weights are read once for all, each sequence
+        attends to its own cache."""
         pl, hw = self.placement, self.hw
         g = pl.model.geometry
         lg = Ledger()
@@ -326,7 +364,7 @@ class Engine:
             for device, nbytes, params in parts:
                 flops, read, weights = 2.0 * params * tokens, nbytes, params
                 if role == "experts":
-                    share = _touched(g.experts_per_layer, g.top_k, tokens) / max(g.experts_per_layer, 1)
+                    share = self._touched(tokens) / max(g.experts_per_layer, 1)
                     read, weights = nbytes * share, params * share
                     flops = 2.0 * params * tokens * g.top_k / max(g.experts_per_layer, 1)
                 run_on = device
@@ -352,7 +390,8 @@ class Engine:
                 if kv_dev != here:
                     lg.count("split_s", 1, "split")
                     here = kv_dev
-                reads, flops, scores = self.mixers[block].prompt(tokens, context, self.flash_attn, kb, vb)
+                reads, flops, scores = (sequences * x for x in self.mixers[block].prompt(
+                    tokens / sequences, context, self.flash_attn, kb, vb))  # type: ignore[arg-type]
                 arithmetic = hw.flash(kv_dev) if self.flash_attn else hw.gemm(kv_dev)
                 lg.term(self._category(kv_dev, "attention"), *hw.work(kv_dev, reads, flops, arithmetic))
                 if scores:
@@ -376,7 +415,7 @@ class Engine:
         if kind == "dequant" and channel[0] is not None and channel[0].startswith("fp16_matrix"):
             read += 4.0 * weights  # dequantized to f16 into the pool, then read by the GEMM
         reads, arithmetic, cap = hw.work(device, read, flops, channel)
-        arithmetic.append((2.0 * weights, (channel[0], channel[1], hw.half_rows(device, experts))))
+        arithmetic.append((2.0 * weights, (channel[0], channel[1], hw.half_rows(device, experts), *channel[3:])))
         return reads, arithmetic, cap
 
     def prompt_ledger(self, tokens: int, context: float = 0.0, ubatch: int = 512) -> Ledger:

@@ -8,7 +8,8 @@ The llama.cpp engine never computes a time directly. It writes what a decode ste
   link and by host memory);
 - an *addend* is ``amount / rate``, where a *channel* names the rate: a parameter (a share such as
   ``gpu_memory_efficiency.cuda``, or none) times a spec (the card's bytes/s or FLOP/s), optionally over a second
-  parameter (a matrix kernel's fixed work per weight, ``gemm_half_rows``, costed as rows at the same rate);
+  parameter (a matrix kernel's fixed work per weight, ``gemm_half_rows``, costed as rows at the same rate, or None)
+  and times a third (a share every rate of one kind of device gets, ``soc_compute_share``);
 - *fixed* costs are counts of a parameter in seconds (graph nodes x ``node_s.cuda``, hand-overs x ``split_s``).
 
 The same ledger gives the simulator's step time and, compiled with many others into arrays
@@ -23,7 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# (parameter or None for 1, spec: bytes/s or FLOP/s[, a parameter the rate is divided by]): rate = spec x p [/ q]
+# (parameter or None for 1, spec: bytes/s or FLOP/s[, a parameter the rate is divided by or None[, a parameter it is
+# multiplied by]]): rate = spec x p [/ q] [x m]
 Channel = tuple
 GROUPS = 3  # sums a term takes the largest of
 
@@ -105,7 +107,8 @@ class Ledger:
     def parameters(self) -> set[str]:
         """Every parameter the ledger's rates and fixed costs name."""
         names = {ch[0] for ch in self.add_channel if ch[0] is not None}
-        return names | {ch[2] for ch in self.add_channel if len(ch) > 2} | set(self.fixed)
+        names |= {ch[2] for ch in self.add_channel if len(ch) > 2 and ch[2] is not None}
+        return names | {ch[3] for ch in self.add_channel if len(ch) > 3} | set(self.fixed)
 
     def seconds_by_category(self, values: Mapping[str, float]) -> dict[str, float]:
         """Seconds of the work by category under the parameter ``values`` (a term's time goes to its category)."""
@@ -131,7 +134,9 @@ class Ledger:
 
 def _rate(ch: Channel, values: Mapping[str, float]) -> float:
     rate = ch[1] * (values[ch[0]] if ch[0] is not None else 1.0)
-    return rate / values[ch[2]] if len(ch) > 2 else rate
+    if len(ch) > 3:
+        rate *= values[ch[3]]
+    return rate / values[ch[2]] if len(ch) > 2 and ch[2] is not None else rate
 
 
 @dataclass
@@ -149,6 +154,7 @@ class CompiledLedgers:
     term_ledger: np.ndarray
     fixed: np.ndarray  # ledgers x parameters: counts
     ledgers: int
+    channel_multiplier: np.ndarray  # per channel: index of the parameter its rate is multiplied by, or -1
 
     @classmethod
     def of(cls, ledgers: list[Ledger]) -> CompiledLedgers:
@@ -170,14 +176,17 @@ class CompiledLedgers:
                 fixed[i, index[p]] += k
         by_index = [ch for ch, _ in sorted(channels.items(), key=lambda kv: kv[1])]
         return cls(names, np.array([index[ch[0]] if ch[0] is not None else -1 for ch in by_index], dtype=int),
-                   np.array([index[ch[2]] if len(ch) > 2 else -1 for ch in by_index], dtype=int),
+                   np.array([index[ch[2]] if len(ch) > 2 and ch[2] is not None else -1 for ch in by_index],
+                            dtype=int),
                    np.array([ch[1] for ch in by_index], dtype=float), np.array(add_channel, dtype=int),
                    np.array(add_amount, dtype=float), np.array(add_slot, dtype=int),
-                   np.array(term_weight, dtype=float), np.array(term_ledger, dtype=int), fixed, len(ledgers))
+                   np.array(term_weight, dtype=float), np.array(term_ledger, dtype=int), fixed, len(ledgers),
+                   np.array([index[ch[3]] if len(ch) > 3 else -1 for ch in by_index], dtype=int))
 
     def _per_add(self, values: np.ndarray) -> np.ndarray:
         scale = np.where(self.channel_param >= 0, values[np.maximum(self.channel_param, 0)], 1.0)
         scale = scale / np.where(self.channel_divisor >= 0, values[np.maximum(self.channel_divisor, 0)], 1.0)
+        scale = scale * np.where(self.channel_multiplier >= 0, values[np.maximum(self.channel_multiplier, 0)], 1.0)
         return self.add_amount / (self.channel_spec * scale)[self.add_channel]
 
     def seconds(self, values: np.ndarray) -> np.ndarray:
@@ -203,7 +212,8 @@ class CompiledLedgers:
         n = len(self.names)
         grad = self.fixed * values
         for params, sign in ((self.channel_param[self.add_channel], -1.0),
-                             (self.channel_divisor[self.add_channel], 1.0)):
+                             (self.channel_divisor[self.add_channel], 1.0),
+                             (self.channel_multiplier[self.add_channel], -1.0)):
             live = winning & (params >= 0)
             index = self.term_ledger[term_of_add[live]] * n + params[live]
             grad = grad + sign * np.bincount(index, weights=per_add[live] * self.term_weight[term_of_add[live]],

@@ -19,9 +19,10 @@ class MachineSpec:
     gpus: int = 1
     slot_gen: int | None = None  # default: the card's own generation
     slot_lanes: int = 16
-    os: str = "linux"
+    os: str | None = "linux"  # None: the platform's own (macOS for an Apple chip, else Linux)
     reserved_gib: float = 0.0  # VRAM other processes hold on each card
     host_fields: dict[str, Any] = field(default_factory=dict)  # mt_s, channels, cores, ram_gib overrides
+    gpu_gib: float | None = None  # a unified-memory chip: what its GPU may allocate of the pool (None: the rule)
 
 
 def scenario_dict(spec: MachineSpec, model_file: str, quant: str | None, settings: dict[str, Any],
@@ -31,14 +32,18 @@ def scenario_dict(spec: MachineSpec, model_file: str, quant: str | None, setting
     from sim.catalog import gpu_entries
 
     host: dict[str, Any] = {"type": spec.host} | dict(spec.host_fields)
-    if spec.os != "linux":
-        host["os"] = spec.os
+    os_name = spec.os
+    if os_name is None:  # an Apple chip runs macOS, everything else Linux unless said
+        os_name = "macos" if gpu_entries().get(spec.gpu or "", {}).get("vendor") == "apple" else "linux"
+    if os_name != "linux":
+        host["os"] = os_name
     gpus: dict[str, Any] = {}
     if spec.gpu is not None:
         card = gpu_entries().get(spec.gpu, {})
         gen = spec.slot_gen or card.get("pcie_max_gen") or 4
-        for i in range(spec.gpus):
-            gpus[f"gpu{i}"] = {"type": spec.gpu, "slot_gen": gen, "slot_lanes": spec.slot_lanes}
+        for i in range(spec.gpus):  # a unified-memory chip has no slot (filled in as none)
+            gpus[f"gpu{i}"] = {"type": spec.gpu} if card.get("unified") else \
+                {"type": spec.gpu, "slot_gen": gen, "slot_lanes": spec.slot_lanes}
             if spec.reserved_gib:
                 gpus[f"gpu{i}"]["reserved_gib"] = spec.reserved_gib
     model: dict[str, Any] = {"file": os.path.abspath(model_file)}
@@ -51,6 +56,8 @@ def scenario_dict(spec: MachineSpec, model_file: str, quant: str | None, setting
     if gpus:
         engine["gpu"] = "gpu0"
     machine: dict[str, Any] = {"host": host, "gpus": gpus, "engine": engine}
+    if spec.gpu_gib is not None:
+        machine["unified_memory_gib"] = spec.gpu_gib
     out: dict[str, Any] = {"name": name, "models": {key: model}, "machines": {"box": machine}}
     if bench:
         out["bench"] = {"machine": "box"} | bench

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sim.config.links import link_info
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
+from sim.config.unified import card_capacity_gib, pool_gib
 from sim.core.errors import ScenarioError, SimulationError
 from sim.core.units import GB, GIB
 from sim.llamacpp.backends import compute_path, default_backend, device_name, flash_attn_auto, uses_matrix_units
@@ -17,6 +18,7 @@ from sim.llamacpp.layers import mixers
 from sim.llamacpp.memory import DeviceMemory, device_memory, out_of_memory
 from sim.llamacpp.params import CostParams
 from sim.llamacpp.placement import CPU, ModelTensors, Placement, model_tensors, parse_rules, place
+from sim.llamacpp.routing import DRIFT_WEIGHT, batch_inclusion, model_exponent
 from sim.modelfiles.geometry import ModelGeometry
 
 OS_RESERVED_GIB = 2.0  # assumed: host RAM the OS and its other programs keep (GiB); a mapping gets what is left
@@ -163,9 +165,9 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
                             "model's tensors from a config.json or a .gguf file")
     tensors = placement_model(spec.file, spec.quant, spec.weights_gib)
     free: dict[str, float] = {}
-    for key, name, card in zip(keys, names, cards, strict=True):
+    for key, name in zip(keys, names, strict=True):
         reserved = m.gpus[key].reserved_gib + (p.get("windows_reserved_gib") if os_name == "windows" else 0.0)
-        free[name] = max(card.vram_gib - reserved, 0.0) * GIB
+        free[name] = max(card_capacity_gib(scn, m, key) - reserved, 0.0) * GIB
     split = s.tensor_split or [free[n] for n in names]
     if len(split) != len(names):
         raise ScenarioError("scenario", f"machines.{machine}.engine.llamacpp.tensor_split",
@@ -190,17 +192,19 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
                          "driver's sysmem fallback): the card reads it over the link")
     cpu_mem = memory[0]
     cpu_gib = cpu_mem.total / GIB
-    ram_for_weights = GIB * ((host.ram_gib if host is not None and host.ram_gib else float("inf")) - OS_RESERVED_GIB) \
-        - (cpu_mem.kv + cpu_mem.compute)
+    ram_gib = host.ram_gib if host is not None else None
+    if m.kind == "unified" and m.gpus:  # one pool: the CPU's buffers get what the GPU's leave
+        ram_gib = pool_gib(scn, m) - sum(mem.total for mem in memory[1:]) / GIB
+    ram_for_weights = GIB * ((ram_gib if ram_gib else float("inf")) - OS_RESERVED_GIB) - (cpu_mem.kv + cpu_mem.compute)
     cores = (host.cores if host is not None else None) or 1
     threads = s.threads or cores
     cpu = _cpu_device(scn, machine, threads, p, ram_for_weights if s.mmap else float("inf"), cpu_mem.weights)
-    if host is not None and host.ram_gib is not None and cpu_gib > host.ram_gib - OS_RESERVED_GIB:
+    if host is not None and ram_gib is not None and cpu_gib > ram_gib - OS_RESERVED_GIB:
         if s.mmap and cpu.resident_share < 1.0:
             notes.append(f"CPU: {cpu_mem.weights / GIB:.2f} GiB of mapped weights, {cpu.resident_share:.0%} "
-                         f"resident in {host.ram_gib:g} GiB of RAM: the rest is read from the disk every pass")
+                         f"resident in {ram_gib:g} GiB of RAM: the rest is read from the disk every pass")
         else:
-            notes.append(f"CPU: {cpu_gib:.2f} GiB of weights, KV and buffers in {host.ram_gib:g} GiB of host RAM: "
+            notes.append(f"CPU: {cpu_gib:.2f} GiB of weights, KV and buffers in {ram_gib:g} GiB of host RAM: "
                          "the OS pages the weights from disk each pass (no disk named for the machine: not "
                          "modelled, expect far slower than shown)")
     devices: dict[str, Device] = {CPU: cpu}
@@ -215,7 +219,7 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
         vector = vector / dual_issue(m.gpus[key].type)
         peak = card.tflops if uses_matrix_units(path) and card.tflops else vector
         devices[name] = Device(name, backend, card.hbm_gbps * GB, peak * 1e12, vector * 1e12, path,
-                               link_info(scn, m, key).gbps * GB, mem.spill_share)
+                               link_info(scn, m, key).gbps * GB, mem.spill_share, soc=card.unified)
     hw = Hardware(devices, p, names[0] if names else None, dram=(host.paper_gbps or 0.0) * GB if host else 0.0,
                   ik_kernels=s.build == "ik_llama.cpp", os=os_name,
                   host_factor=REFERENCE_GHZ / host.boost_ghz if host is not None and host.boost_ghz else 1.0)
@@ -225,6 +229,13 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
         # ik_llama.cpp offloads a routed-expert op when tokens x experts used >= 32 x experts: each expert it copies
         # then serves at least 32 tokens (ggml-cuda.cu of ik_llama.cpp; docs/research/llamacpp_internals.md)
         expert_min = -(-s.offload_min_batch * g.experts_per_layer // max(g.top_k, 1))
+    inclusion: tuple[float, ...] = ()
+    if g.is_moe:  # the experts a batch touches follow the model's routing law (sim.llamacpp.routing)
+        routing = spec.moe.routing if spec.moe is not None else None
+        drift = routing.drift_weight if routing is not None and "drift_weight" in routing.model_fields_set \
+            else DRIFT_WEIGHT
+        inclusion = batch_inclusion(g.experts_per_layer, g.top_k, model_exponent(spec.file, routing), drift)
     engine = Engine(placement, hw, s.cache_type_k, s.cache_type_v, s.kv_offload, s.op_offload, s.offload_min_batch,
-                    expert_offload_min_batch=expert_min, pinned_host=not s.mmap and bool(names), flash_attn=flash)
+                    expert_offload_min_batch=expert_min, pinned_host=not s.mmap and bool(names), flash_attn=flash,
+                    expert_inclusion=inclusion)
     return LlamaSetup(machine, s, m.engine.model, tensors, memory, engine, threads, os_name, notes, backend)

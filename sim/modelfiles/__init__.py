@@ -45,10 +45,18 @@ def moe_fields(g: ModelGeometry) -> dict[str, Any]:
     expert_mib, dense_gib, kv_kib_per_token), as :class:`sim.config.models.ModelSpec` reads them."""
     if not g.is_moe:
         raise ValueError(f"{g.source}: a dense model has no moe section (use dense_fields)")
-    return {"weights_gib": _figure(g.weights_bytes / 2**30),
-            "moe": {"layers": g.moe_layers, "experts_per_layer": g.experts_per_layer, "top_k": g.top_k,
-                    "expert_mib": _figure(g.expert_bytes / 2**20), "dense_gib": _figure(g.dense_bytes / 2**30),
-                    "kv_kib_per_token": _figure(g.kv_bytes_per_token / 1024)}}
+    moe = {"layers": g.moe_layers, "experts_per_layer": g.experts_per_layer, "top_k": g.top_k,
+           "expert_mib": _figure(g.expert_bytes / 2**20), "dense_gib": _figure(g.dense_bytes / 2**30),
+           "kv_kib_per_token": _figure(g.kv_bytes_per_token / 1024)}
+    return {"weights_gib": _figure(g.weights_bytes / 2**30), "moe": moe | _state(g)}
+
+
+def _state(g: ModelGeometry) -> dict[str, Any]:
+    """``state_kib_per_sequence`` of a model with linear-attention layers (none for the others)."""
+    linear = sum(1 for k in (g.layer_kinds or ()) if k == "linear")
+    if not linear or not g.recurrent_state_bytes:
+        return {}
+    return {"state_kib_per_sequence": _figure(linear * g.recurrent_state_bytes / 1024)}
 
 
 def dense_fields(g: ModelGeometry) -> dict[str, Any]:
@@ -56,7 +64,7 @@ def dense_fields(g: ModelGeometry) -> dict[str, Any]:
     kv_kib_per_token), as :class:`sim.config.models.ModelSpec` reads them."""
     return {"weights_gib": _figure(g.weights_bytes / 2**30),
             "dense": {"params_b": _figure(g.total_params / 1e9), "layers": g.layers, "hidden": g.hidden,
-                      "kv_kib_per_token": _figure(g.kv_bytes_per_token / 1024)}}
+                      "kv_kib_per_token": _figure(g.kv_bytes_per_token / 1024)} | _state(g)}
 
 
 def model_fields(g: ModelGeometry) -> dict[str, Any]:

@@ -21,7 +21,7 @@ def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float], buckets: lis
     drafts = f"{plural(draft.tokens, 'draft')} at {draft.acceptance:.1%} acceptance" if draft.tokens > 0 else \
         "no speculative decoding"
     out = ["", f"Serving {e.model} on {eng.machine} ({e.gpu}, "
-           f"Gen{li.gen} x{li.lanes} {li.gbps:.1f} GB/s{' measured' if li.measured else ''}), "
+           f"{li.label} {li.gbps:.1f} GB/s{' measured' if li.measured else ''}), "
            f"policy {e.policy}, {sv.fidelity} fidelity",
            f"  VRAM {eng.vram_gib:.2f} GiB = other tenants {eng.tenants_gib:.2f} + engine overhead "
            f"{eng.overhead_gib:.2f} + free {eng.free_gib:.2f} GiB at start",

@@ -60,6 +60,8 @@ from functools import cached_property
 
 import numpy as np
 
+from sim.core.topk import inclusion_probabilities, zipf_weights  # noqa: F401 - used here, and re-exported
+
 
 @dataclass(frozen=True)
 class RoutingLaw:
@@ -73,12 +75,6 @@ class RoutingLaw:
     drift_concentration: float = 0.0  # >0: each request draws its weight from Beta(drift_weight, concentration)
     exponent_spread: float = 0.0  # log-sd of a request's own skew: it routes by popularity ** exp(spread * z)
     exponent_depth_slope: float = 0.0  # change of the Zipf exponent from the first MoE layer to the last
-
-
-def zipf_weights(experts: int, exponent: float) -> np.ndarray:
-    """Popularity by rank (rank 1 first), normalised."""
-    w = np.arange(1, experts + 1, dtype=float) ** -exponent
-    return w / w.sum()
 
 
 def layer_exponents(law: RoutingLaw) -> np.ndarray:
@@ -103,34 +99,6 @@ def request_popularity(popularity: np.ndarray, skew: float) -> np.ndarray:
     with np.errstate(divide="ignore"):
         w = np.exp(skew * np.log(popularity))
     return w / w.sum(axis=1, keepdims=True)
-
-
-def inclusion_probabilities(q: np.ndarray, top_k: int) -> np.ndarray:
-    """Per-token inclusion probability ``pi`` of every expert (same shape as ``q``, rows are layers, each summing to
-    ``top_k``) under Plackett-Luce top-k sampling from ``q``, by Rosen's approximation ``pi = 1 - exp(-q t)``.
-
-    ``t`` is solved per row by Newton's method from ``t = top_k``, where the concave sum is at most ``top_k``, so the
-    iterates rise monotonically to the root (a handful of steps); a row with at most ``top_k`` experts of positive
-    weight includes them all."""
-    q = np.asarray(q, dtype=float)
-    rows = q.reshape(-1, q.shape[-1])
-    positive = rows > 0
-    full = positive.sum(axis=1) <= top_k
-    t = np.full(rows.shape[0], float(top_k))
-    n = rows.shape[1]
-    e = np.empty_like(rows)
-    for _ in range(200):
-        np.multiply(rows, -t[:, None], out=e)
-        np.exp(e, out=e)
-        step = (e.sum(axis=1) - (n - top_k)) / np.einsum("ij,ij->i", rows, e)  # -f / f', f = n - sum(e) - top_k
-        step[full] = 0.0
-        t += step
-        if not (step > 1e-13 * t).any():
-            break
-    np.multiply(rows, -t[:, None], out=e)
-    pi = -np.expm1(e, out=e)
-    pi[full] = positive[full]
-    return pi.reshape(q.shape)
 
 
 def lookup_shares(q: np.ndarray, top_k: int) -> np.ndarray:

@@ -138,7 +138,8 @@ def serve_batched(eng: EngineSetup, table: RequestTable, max_tokens: int | None,
     steps = steps_needed(np.maximum(out - 1, 0), acc, moe.draft.tokens, rng)
     cost, experts = moe_step_cost(eng, rng)
     kv_kib = moe.kv_kib_per_token or 0.0
-    pool = moe_kv_pool(e, kv_kib_per_token=kv_kib, left_gib=eng.free_gib - eng.cache_gib - moe.draft.head_mib / 1024)
+    pool = moe_kv_pool(e, kv_kib_per_token=kv_kib, left_gib=eng.free_gib - eng.cache_gib - moe.draft.head_mib / 1024,
+                       state_kib_per_sequence=moe.state_kib_per_sequence)
     sched = scheduler_for(e, pool, kv_kib * KIB / (eng.params.link_gbps * GB))
     n = len(table)
     work = Work(np.zeros(n), np.zeros(n), total_s=np.zeros(n), output_tokens=out, capped=out < table.output_tokens,

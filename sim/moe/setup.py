@@ -17,6 +17,7 @@ from sim.config.links import link_info
 from sim.config.machines import GpuType
 from sim.config.models import Moe
 from sim.config.scenario import Scenario
+from sim.config.unified import card_capacity_gib
 from sim.core.errors import SimulationError
 from sim.core.units import GB, GIB, MIB
 from sim.moe.expert_cache import auto_slots, che_reuse_hit_probabilities, home_tiers, static_cache
@@ -93,7 +94,7 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     moe = scn.models[e.model].moe
     assert moe is not None
     gpu = m.gpus[e.gpu]
-    vram = scn.gpus[gpu.type].vram_gib
+    vram = card_capacity_gib(scn, m, e.gpu)
     overhead = engine_overhead_gib(e, moe)
     free = vram - gpu.reserved_gib - overhead
     if free < 0:
@@ -133,8 +134,8 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
     tier_order = np.argsort(-ranked.ravel(), kind="stable")
     for name, peer in e.peers.items():  # each holds at most the experts no faster tier holds
         g = m.gpus[name]
-        card_mib = scn.gpus[g.type].vram_gib * GIB / MIB
-        peer_free = scn.gpus[g.type].vram_gib - g.reserved_gib - peer.overhead_gib
+        card_mib = card_capacity_gib(scn, m, name) * GIB / MIB
+        peer_free = card_capacity_gib(scn, m, name) - g.reserved_gib - peer.overhead_gib
         wanted = auto_slots(peer_free, moe.expert_mib, peer.reserve_mib, 0.0) if peer.slots == "auto" \
             else int(peer.slots)
         peer_slots.append(max(min(wanted, total - slots - sum(peer_slots)), 0))
@@ -232,15 +233,15 @@ def _layer_split(scn: Scenario, machine: str, moe: Moe, slots: int, ranked: np.n
     capacity = [slots]
     for name in ls.gpus:
         g = m.gpus[name]
-        capacity.append(auto_slots(scn.gpus[g.type].vram_gib - g.reserved_gib, moe.expert_mib, e.cache_reserve_mib,
-                                   0.0))
+        capacity.append(auto_slots(card_capacity_gib(scn, m, name) - g.reserved_gib, moe.expert_mib,
+                                   e.cache_reserve_mib, 0.0))
     total = min(sum(capacity), moe.layers * moe.experts_per_layer)
     share = tuple(float(c) / sum(capacity) for c in capacity)
     rows = []  # each card holds its share of the experts the cards hold together
     for name, part in zip(ls.gpus, share[1:], strict=True):
         g = m.gpus[name]
         rows.append((name, g.reserved_gib * GIB / MIB + total * part * moe.expert_mib,
-                     scn.gpus[g.type].vram_gib * GIB / MIB))
+                     card_capacity_gib(scn, m, name) * GIB / MIB))
     positions = 1 + moe.draft.tokens
     xfer = tuple([0.0] + [2 * (ls.hop_s + positions * ls.activation_kib_per_token * 1024
                                 / (link_info(scn, m, name).gbps * GB)) for name in ls.gpus])

@@ -1,5 +1,6 @@
-"""The serving-under-load domain of the fidelity benchmark: every row of the two concurrency tables excluded once,
-each with the reason no engine of the project expresses it; fit and predict work on any list."""
+"""The serving-under-load domain of the fidelity benchmark: every row of the two concurrency tables either expressed
+(calibration/serving_setups.yaml: vLLM on a DGX Spark, run by the MoE engine) or excluded once with the reason no
+engine of the project expresses it; fit and predict work on any list."""
 
 import csv
 import math
@@ -27,16 +28,17 @@ def test_every_row_of_both_tables_is_covered_exactly_once(domain):
     for table in TABLES:
         with open(os.path.join(PUBLIC, table), encoding="utf-8", newline="") as fh:
             rows |= {(table, r["row_id"]) for r in csv.DictReader(fh)}
-    seen = [(e.table, e.row_id) for e in excluded] + [(o.table, o.row_id) for o in obs]
+    seen = [(e.table, e.row_id) for e in excluded] + sorted({(o.table, o.row_id) for o in obs})
     assert len(seen) == len(set(seen)) and set(seen) == rows
     assert all(e.why for e in excluded)
 
 
 def test_each_row_says_why_no_engine_expresses_it(domain):
     _, obs, excluded = domain
-    assert obs == []
+    assert {o.source for o in obs} == {"IA-sweep-q36-i1k", "IA-sweep-q36-i512"}
+    assert {o.quantity for o in obs} == {"output_tok_s", "ttft_mean_ms", "tpot_mean_ms"}
     why = {e.source: e.why for e in excluded}
-    assert "unified" in why["IA-sweep-q36-i1k"] and "unified" in why["LHL-vllm-README"]
+    assert "unified" in why["IA-sweep-q38fn-i512"] and "unified" in why["LHL-vllm-README"]
     assert why["LCPP-benches-dgx-spark-batched"].startswith("llama.cpp domain: llama-batched-bench")
     assert "TP=2" in why["C3090-conc-sweep"] and "tensor parallelism" in why["C3090-conc-sweep"]
     assert "TP=3" in why["C3090-845-htsglang"]
@@ -55,3 +57,16 @@ def test_fit_and_predict_work_on_any_list(domain):
 def test_a_missing_table_is_one_line_naming_it(tmp_path):
     with pytest.raises(ScenarioError, match="concurrency.csv: file not found"):
         ConcurrencyDomain(tmp_path).observations()
+
+
+def test_vllm_on_a_spark_is_predicted_from_the_engine_defaults_and_the_mtp_prior(domain):
+    """Held out, nothing is fitted (no other serving row runs MTP): the MoE engine's package step costs and the
+    Strata engine's measured MTP acceptance predict the 8-client row of the 1k-prompt sweep."""
+    from sim.fidelity.serving import MTP_ACCEPTANCE_PRIOR
+
+    d, obs, _ = domain
+    row = [o for o in obs if o.row_id == "CC0004"]
+    fitted = d.fit([])
+    assert fitted.mtp_acceptance == MTP_ACCEPTANCE_PRIOR
+    got = {o.quantity: p.value / o.measured - 1 for o, p in zip(row, d.predict(fitted, row), strict=True)}
+    assert abs(got["output_tok_s"]) < 0.15 and abs(got["tpot_mean_ms"]) < 0.15 and abs(got["ttft_mean_ms"]) < 0.3

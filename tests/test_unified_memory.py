@@ -229,3 +229,30 @@ def test_the_moe_engine_and_the_loaders_see_the_gpu_share_of_a_unified_pool():
 
     eng = setup_engine(scn, "home_box")
     assert eng.vram_gib == pytest.approx(117.7) and eng.coverage == 1.0  # every expert fits: no PCIe spill
+
+
+@pytest.mark.parametrize("name", ["dgx_spark_gpt_oss_120b", "strix_halo_qwen3_30b", "dgx_spark_vllm_qwen3_6"])
+def test_the_shipped_unified_scenarios_run_from_catalog_names(name):
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    r = CliRunner().invoke(main, ["run", f"scenarios/{name}.yaml", "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    metrics = json.loads(r.output)["metrics"]
+    assert metrics  # a bench table or a served workload, every figure finite
+    assert all(math.isfinite(v) for v in metrics.values() if isinstance(v, float))
+
+
+def test_the_readme_batched_bench_line_runs():
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    line = "llama-batched-bench -m m.gguf -c 65536 -b 2048 -ub 2048 -npp 512,4096 -ntg 32 -npl 1,8,32"
+    r = CliRunner().invoke(main, ["llama", line, "--gpu", "gb10", "--host", "grace_gb10", "--model", QWEN3_30B,
+                                  "--quant", "Q8_0", "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["rows"]
+    assert [(x["pp"], x["b"]) for x in rows] == [(512, 1), (512, 8), (512, 32), (4096, 1), (4096, 8)]
+    assert all(x["s_tg_tok_s"] > 0 for x in rows)

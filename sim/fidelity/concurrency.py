@@ -9,32 +9,34 @@ What the engines express today, row by row:
   expert cache, peer GPUs holding expert copies, or layers divided across cards (``layer_split``); the llama.cpp
   engine llama.cpp's placement. None models tensor parallelism (every layer's matrices split across GPUs with an
   all-reduce per layer), so the 2x RTX 3090 TP=2 and the 5090 + 2x 3080 TP=3 sweeps are not expressible.
-- unified-memory machines (GB10 DGX Spark, Strix Halo): every engine hosts one (:mod:`sim.config.unified`), and
-  ``unified_memory_concurrency.csv``'s llama-batched-bench rows belong to the llama.cpp domain; the GB10 vLLM sweeps
-  and the Strix Halo vLLM / llama-server rows are not set up (their engines' costs and settings are not mapped).
+- unified-memory machines (GB10 DGX Spark, Strix Halo): every engine hosts one (:mod:`sim.config.unified`).
+  The GB10 vLLM sweeps of Qwen3.6-35B-A3B are expressed (calibration/serving_setups.yaml, :mod:`sim.fidelity.serving`:
+  the MoE engine's continuous batching, MTP drafts, the KV and Gated DeltaNet state pool). The Qwen3.8-Flash-Next
+  sweep has no published config. The Strix Halo vLLM / llama-server rows state no request lengths.
+  ``unified_memory_concurrency.csv``'s llama-batched-bench rows belong to the llama.cpp domain.
 - LCPP20586-4090 (llama-bench pp512 against batch size on an RTX 4090) belongs to the llama.cpp domain.
 
-Every row is therefore excluded, each with its reason; :meth:`ConcurrencyDomain.fit` and
-:meth:`ConcurrencyDomain.predict` accept any list (no shared parameters are fitted: there is nothing to fit them to)
-and predict NaN, with why, for an observation they are handed.
+Every other row is excluded, each with its reason. :meth:`ConcurrencyDomain.fit` fits the one shared parameter
+(the MTP acceptance a source does not report) to the training rows, and :meth:`ConcurrencyDomain.predict` runs each
+row's scenario; both accept any list (an observation no setup maps is predicted NaN, with why).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from sim.core.errors import ScenarioError
 from sim.fidelity.domain import Excluded, Observation, Prediction
+from sim.fidelity.serving import SETUPS, ServingFit, ServingRows
 from sim.fidelity.tables import read_csv
 
 TABLES = ("concurrency.csv", "unified_memory_concurrency.csv")
 PUBLIC = Path(__file__).resolve().parents[2] / "calibration" / "public"
-UNIFIED = ("unified-memory machine ({what}): the serving engines host unified machines now, but no vLLM or "
-           "llama-server run on one is set up (its engine's costs, the model's per-sequence state and the server's "
-           "settings are not mapped yet)")
+UNIFIED = ("unified-memory machine ({what}): not set up in calibration/serving_setups.yaml (the Strix Halo sweeps "
+           "send ShareGPT prompts whose lengths are not given; Qwen3.8-Flash-Next has no published config)")
 BATCHED = "llama.cpp domain: llama-batched-bench's S_PP and S_TG, predicted by the llama.cpp engine's batched steps"
 TENSOR_PARALLEL = ("tensor-parallel across {n} GPUs ({tp}): no engine models tensor parallelism (the batching engine "
                    "serves one GPU; the MoE engine's peers hold expert copies and its layer_split divides layers, not "
@@ -44,11 +46,6 @@ LLAMACPP = ("llama.cpp domain: llama-bench pp512 against batch size (a batched-t
 NOT_EXPRESSED = "no engine of the project is set up for this row"
 
 
-@dataclass(frozen=True)
-class ConcurrencyFit:
-    """Shared serving parameters fitted to training observations: none (no row is expressible)."""
-
-    rows: int = 0
 
 
 def read_rows(path: str) -> list[dict[str, str]]:
@@ -79,24 +76,40 @@ def why_excluded(r: dict[str, str]) -> str:
 
 
 class ConcurrencyDomain:
-    """Throughput and TTFT under load; today every row is excluded with its reason (see the module docstring).
+    """Throughput, TTFT and TPOT under load: the rows calibration/serving_setups.yaml maps run by the MoE engine
+    (:mod:`sim.fidelity.serving`), every other row excluded with its reason (see the module docstring).
 
-    ``public``: the folder of the public tables."""
+    ``public``: the folder of the public tables (the project folder is the one above ``calibration/``)."""
 
     name = "serving under load"
 
     def __init__(self, public: str | os.PathLike = PUBLIC) -> None:
         self.public = str(public)
+        self.root = os.path.dirname(os.path.dirname(os.path.abspath(self.public)))
+
+    @cached_property
+    def rows(self) -> ServingRows | None:
+        """The expressible setups, or None without calibration/serving_setups.yaml."""
+        if not os.path.exists(os.path.join(self.root, SETUPS)):
+            return None
+        return ServingRows(self.root)
 
     def observations(self) -> tuple[list[Observation], list[Excluded]]:
-        excluded = []
+        observations, excluded = [], []
         for table in TABLES:
             for r in read_rows(os.path.join(self.public, table)):
-                excluded.append(Excluded(table, r["row_id"], r["source_id"], r["setup_id"], why_excluded(r)))
-        return [], excluded
+                obs, why = self.rows.express(table, r) if self.rows is not None else ([], "")
+                if obs:
+                    observations += obs
+                    continue
+                excluded.append(Excluded(table, r["row_id"], r["source_id"], r["setup_id"],
+                                         why or why_excluded(r)))
+        return observations, excluded
 
-    def fit(self, train: list[Observation]) -> ConcurrencyFit:
-        return ConcurrencyFit(rows=len(train))
+    def fit(self, train: list[Observation]) -> ServingFit:
+        return self.rows.fit(train) if self.rows is not None and train else ServingFit()
 
-    def predict(self, fitted: ConcurrencyFit, observations: list[Observation]) -> list[Prediction]:
-        return [Prediction(float("nan"), f"not expressible: {NOT_EXPRESSED}") for _ in observations]
+    def predict(self, fitted: ServingFit, observations: list[Observation]) -> list[Prediction]:
+        if self.rows is None:
+            return [Prediction(float("nan"), f"not expressible: {NOT_EXPRESSED}") for _ in observations]
+        return self.rows.predict(fitted, observations)

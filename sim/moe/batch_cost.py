@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from sim.batching.cost import StepCost
-from sim.core.units import GB
+from sim.core.units import GB, KIB
 from sim.moe.decode_batch import TierSampler, engine_step_law
 from sim.moe.expert_counts import draws_per_step
 from sim.moe.setup import EngineSetup
@@ -104,8 +104,11 @@ def moe_step_cost(eng: EngineSetup, rng: np.random.Generator) -> tuple[StepCost,
         kv = specs.kv_s_per_token
         if moe.hidden is not None and specs.compute_tflops:
             pair = 4 * moe.layers * moe.hidden / (specs.compute_tflops * 1e12)
+    state = 0.0  # a hybrid model's linear-attention state, read and written once per decoding sequence and step
+    if moe.state_kib_per_sequence and specs is not None and specs.memory_gbps is not None:
+        state = 2 * moe.state_kib_per_sequence * KIB / (specs.memory_gbps * GB)
     return StepCost(overhead_s=overhead, weights_s=weights, token_s=token, kv_s_per_token=kv, pair_s=pair,
-                    positions_per_step=q, prompt_token_s=prompt, experts_s=experts), experts
+                    positions_per_step=q, prompt_token_s=prompt, experts_s=experts, state_s=state), experts
 
 
 def _prompt_token_s(eng: EngineSetup) -> float:

@@ -268,7 +268,8 @@ class Machine(Strict):
     startup: Startup = Startup()
     host: Host | None = Field(None, description="The host CPU and DRAM (experts computed on the CPU).")
     engine: Engine | None = Field(None, description="An expert-offloading engine serving an MoE model.")
-    gpus: dict[str, Gpu] = Field(default_factory=dict, description="GPUs of a discrete machine, by name.")
+    gpus: dict[str, Gpu] = Field(default_factory=dict, description="GPUs of the machine, by name (a unified machine: "
+                                 "its chip, one).")
     unified_memory_gib: float | None = Field(None, gt=0, le=MAX_GIB,
         description="Unified memory the GPU may allocate (GiB): macOS's iogpu.wired_limit_mb, Linux's amdgpu GTT "
         "(amdgpu.gttsize, ttm.pages_limit) with the BIOS carve-out. With a GPU entry the default is the platform's "

@@ -19,7 +19,8 @@ never overlap. Every part costs the longer of its reads and its arithmetic on it
   keep resident (host RAM smaller than them) are read from the disk each pass.
 
 A decode step of ``b`` sequences at context ``d`` reads every weight of its parts once, the routed experts its tokens
-chose (``E (1 - (1 - k/E)^b)`` of a block's ``E``) and each sequence's cache (:class:`~sim.llamacpp.layers.Mixer`);
+chose (``sum_e 1 - (1 - pi_e)^b`` of a block's experts, ``pi`` a token's inclusion probabilities under the model's
+routing law, :mod:`sim.llamacpp.routing`) and each sequence's cache (:class:`~sim.llamacpp.layers.Mixer`);
 up to ``VECTOR_ROWS`` sequences its products run on matrix-vector kernels, beyond on the matrix kernels a ubatch of
 ``b`` tokens uses; a routed expert's product has the rows routed to it (``b k`` over the experts touched), and while
 those are at most ``VECTOR_ROWS`` it costs its reads and its vector arithmetic (the few rows of a batched step's

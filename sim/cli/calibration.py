@@ -98,7 +98,9 @@ def fit_loads(scenario: str, table: str, out: str | None, as_json: bool) -> None
 @user_errors
 def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
     """Read engine logs (Basalt, Strata, llama.cpp, vLLM) into a table; a summary by default. A llama-bench or
-    llama-sweep-bench output (md, csv, json, jsonl) is read as its tests: `sim fit-offload --bench` fits to them."""
+    llama-sweep-bench output (md, csv, json, jsonl) is read as its tests: `sim fit-offload --bench` fits to them. A
+    llama-batched-bench output (its main: line and table, or jsonl) is read as its rows, each checked against
+    its own arithmetic."""
     from sim.calibration.logs import ROW_FIELDS, log_sources, read_logs, summary_lines
     from sim.calibration.logs_io import CsvRows, JsonRows
 

@@ -256,3 +256,19 @@ def test_the_readme_batched_bench_line_runs():
     rows = json.loads(r.output)["rows"]
     assert [(x["pp"], x["b"]) for x in rows] == [(512, 1), (512, 8), (512, 32), (4096, 1), (4096, 8)]
     assert all(x["s_tg_tok_s"] > 0 for x in rows)
+
+
+def test_advise_ranks_several_quants_of_a_config_together_and_names_each_file():
+    r = _advise("--gpu", "gb10", "--host", "grace_gb10", "--ram-gib", "128", "--model", QWEN25_7B,
+                "--quant", "Q4_K_M,Q8_0", "--ubatch", "512", "--kv", "f16", "--top", "2", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    tg = out["best"]["tg"]
+    assert {c["quant"] for c in tg} <= {"Q4_K_M", "Q8_0"} and tg[0]["quant"] == "Q4_K_M"  # fewer bytes, faster
+    assert [c["tg_tok_s"] for c in tg] == sorted((c["tg_tok_s"] for c in tg), reverse=True)
+    text = _advise("--gpu", "gb10", "--host", "grace_gb10", "--model", QWEN25_7B, "--quant", "Q4_K_M,Q8_0",
+                   "--ubatch", "512", "--kv", "f16", "--top", "1").output
+    assert "qwen2.5-7b-Q4_K_M.gguf" in text and "quality is not modelled" in text
+    bad = _advise("--gpu", "gb10", "--host", "grace_gb10", "--model", QWEN25_7B, "--quant", "Q4_K_M,Q8_0",
+                  "--anchor", "n_cpu_moe=0:tg=30")
+    assert bad.exit_code == 2 and "--anchor" in bad.output

@@ -11,13 +11,15 @@ import time
 
 import click
 
+from sim.cli.advise_options import gpu_gib_option, quant_sizes, quants_option, unified_search
 from sim.cli.app import fail, main, user_errors
 from sim.core.errors import ScenarioError
 
 MACHINE_OPTIONS = [
     click.option("--model", "model_file", type=click.Path(dir_okay=True), help="A config.json (with --quant) or a "
                  ".gguf file; default: the scenario's model."),
-    click.option("--quant", default=None, help="Quantization of a config.json model (Q4_K_M, MXFP4_MOE, ...)."),
+    click.option("--quant", default=None, help="Quantization of a config.json model (Q4_K_M, MXFP4_MOE, ...); sim "
+                 "advise takes several, comma-separated, and ranks them together."),
     click.option("--model-gib", type=float, default=None, help="The GGUF file's size (GiB): tensors scaled to it."),
     click.option("--gpu", default=None, help="Catalog GPU type (sim catalog), e.g. rtx4060ti_16gb."),
     click.option("--gpus", type=int, default=1, show_default=True, help="How many of that card."),
@@ -62,40 +64,9 @@ def _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, r
         raise ScenarioError("command line", missing[0], "missing: give a scenario, or --model, --gpu and --host")
     spec = MachineSpec(gpu, host, gpus=gpus, slot_gen=slot_gen, slot_lanes=slot_lanes, os=os_name,
                        reserved_gib=reserved_gib, host_fields={"ram_gib": ram_gib} if ram_gib else {},
-                       gpu_gib=_gpu_gib(gpu, gpu_gib))
+                       gpu_gib=gpu_gib_option(gpu, gpu_gib))
     raw = scenario_dict(spec, model_file, quant, settings or {}, model_gib, bench=bench)
     return build_scenario(raw, "command line"), "box"
-
-
-def _gpu_gib(gpu: str | None, gib: float | None) -> float | None:
-    """--gpu-gib, checked: only a unified-memory chip's GPU has a share of a pool to set."""
-    if gib is None:
-        return None
-    from sim.catalog import gpu_entries
-
-    if not gpu_entries().get(gpu or "", {}).get("unified"):
-        raise ScenarioError("--gpu-gib", str(gib), "only for a unified-memory chip (--gpu gb10, radeon_8060s, m2_max, "
-                            "...): a discrete card's VRAM is its own")
-    if not math.isfinite(gib) or gib <= 0:
-        raise ScenarioError("--gpu-gib", str(gib), "expected GiB, more than 0")
-    return gib
-
-
-def _unified_search(scn, machine: str) -> dict | None:
-    """On a unified machine whose GPU share is the platform's default: search with all of the pool the OS leaves
-    (a placement beyond the default then says what to set); None for a discrete machine."""
-    from sim.config.unified import gpu_memory_gib, gpu_memory_rule, most_gpu_gib, pool_gib, unified_card
-
-    m = scn.machines[machine]
-    card = unified_card(scn, m)
-    if card is None:
-        return None
-    info = {"pool_gib": pool_gib(scn, m), "default_gib": gpu_memory_gib(scn, m), "rule": gpu_memory_rule(scn, m),
-            "vendor": card.vendor, "os": m.host.os if m.host is not None else "linux", "set": m.unified_memory_gib}
-    info["raised"] = m.unified_memory_gib is None and most_gpu_gib(scn, m) > info["default_gib"]
-    if info["raised"]:
-        scn.machines[machine] = m.model_copy(update={"unified_memory_gib": most_gpu_gib(scn, m)})
-    return info
 
 
 def _anchor(text: str | None, base) -> dict:
@@ -186,21 +157,29 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
     if ctx < 1:
         raise ScenarioError("--ctx", str(ctx), "expected at least 1 token")
     start = time.perf_counter()
-    scn, machine = _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name,
-                                     slot_gen, slot_lanes, reserved_gib, gpu_gib=gpu_gib)
-    unified = _unified_search(scn, machine)
-    base = scn.machines[machine].engine.llamacpp
+    quants = quants_option(quant, anchor, model_gib)
+    from sim.llamacpp.advise import merged
     from sim.llamacpp.params import BAND as band
     from sim.llamacpp.params import BAND_WITHIN as within
 
-    adv = search(scn, machine, n_prompt=n_prompt, n_gen=n_gen, depth=depth, ctx=ctx, anchor=_anchor(anchor, base),
-                 ubatches=ints(ubatches, "--ubatch"), kv_types=kvs, parallel=ints(parallel, "--parallel"),
-                 band=band, band_within=within, margin_gib=margin_gib)
+    advices = {}
+    for q in quants:
+        scn, machine = _machine_scenario(scenario, model_file, q, model_gib, gpu, gpus, host, ram_gib, os_name,
+                                         slot_gen, slot_lanes, reserved_gib, gpu_gib=gpu_gib)
+        unified = unified_search(scn, machine)
+        base = scn.machines[machine].engine.llamacpp
+        advices[q] = search(scn, machine, n_prompt=n_prompt, n_gen=n_gen, depth=depth, ctx=ctx,
+                            anchor=_anchor(anchor, base), ubatches=ints(ubatches, "--ubatch"), kv_types=kvs,
+                            parallel=ints(parallel, "--parallel"), band=band, band_within=within,
+                            margin_gib=margin_gib)
+    adv = advices[quants[0]] if len(quants) == 1 else merged(advices)
     if not adv.candidates:
         first = next(iter(adv.rejected.values()), "no placement searched")
         fail(f"no placement of the model loads on this machine ({len(adv.rejected)} tried); the first: {first}", 1)
     what = {"scenario": scn, "machine": machine, "n_prompt": n_prompt, "n_gen": n_gen, "depth": depth, "ctx": ctx,
-            "seconds": time.perf_counter() - start, "unified": unified, "margin_gib": margin_gib}
+            "seconds": time.perf_counter() - start, "unified": unified, "margin_gib": margin_gib,
+            "quants": {q: a for q, a in advices.items()} if len(quants) > 1 else {},
+            "sizes": quant_sizes(advices, scn, machine) if len(quants) > 1 else {}}
     if as_json:
         from sim.cli.llamacpp_text import advice_json
 
@@ -344,7 +323,7 @@ def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, 
         notes += batched_notes(cmd, settings)
     spec = MachineSpec(gpu, host, gpus=gpus, slot_gen=slot_gen, slot_lanes=slot_lanes, os=os_name,
                        reserved_gib=reserved_gib, host_fields={"ram_gib": ram_gib} if ram_gib else {},
-                       gpu_gib=_gpu_gib(gpu, gpu_gib))
+                       gpu_gib=gpu_gib_option(gpu, gpu_gib))
     raw = scenario_dict(spec, path, quant, settings, model_gib, name="llama", bench=bench)
     raw["description"] = f"From: {command_line.strip()[:400]}"
     scn = build_scenario(raw, "command line")

@@ -25,6 +25,10 @@ def _machine_line(what: dict) -> str:
     os_name = h.os if h is not None else "linux"
     spec = scn.models[m.engine.model]
     model = os.path.basename(spec.file or "model") + (f" ({spec.quant})" if spec.quant else "")
+    sizes = what.get("sizes") or {}
+    if sizes:
+        model = os.path.basename(spec.file or "model") + " (" + ", ".join(f"{q} {g:.2f} GiB" for q, g in sizes.items())
+        return f"sim advise: {model}), on {gpu} + {host} ({mem}, {os_name})"
     return f"sim advise: {model}, {spec.weights_gib:.2f} GiB, on {gpu} + {host} ({mem}, {os_name})"
 
 
@@ -34,7 +38,10 @@ def _rate(adv, c, test: str) -> str:
 
 
 def command(c, model: str) -> str:
-    """The llama-server command line of a placement."""
+    """The llama-server command line of a placement (a quant searched among several names the file)."""
+    if c.quant:
+        stem, ext = os.path.splitext(model)
+        model = f"{stem}-{c.quant}{ext}"
     return f"llama-server -m {model} {c.flags()}"
 
 
@@ -62,12 +69,15 @@ def advice_text(adv, what: dict, top: int) -> list[str]:
             head = f"  {i}. tg {_rate(adv, c, 'tg')}   pp {_rate(adv, c, 'pp')}"
             if goal == "mix":
                 head += f"   {c.request_s:.2f} s per request"
-            mem = f"     VRAM {c.vram_gib:.2f} GiB, RAM {c.ram_gib:.2f} GiB, experts of {c.cpu_expert_layers} layers " \
+            mem = f"     {c.quant}: " if c.quant else "     "
+            mem += f"VRAM {c.vram_gib:.2f} GiB, RAM {c.ram_gib:.2f} GiB, experts of {c.cpu_expert_layers} layers " \
                   "on the CPU" + (f", {c.spill_gib:.2f} GiB in shared memory" if c.spill_gib > 0 else "")
             lines += [head, mem, f"     {command(c, model)}"]
             need = _gpu_limit(what, c)
             if need:
                 lines.append(f"     {need}")
+    if what.get("sizes"):
+        lines += ["", "quantizations ranked by speed alone: what each loses in quality is not modelled"]
     lines += ["", "bands: 5th-95th percentile of measured / simulated on the public sweeps kept out of the fit "
               "(calibration/llamacpp_report.md); tg is llama-bench's tg, pp its pp"]
     return wrap_all(lines)
@@ -91,7 +101,7 @@ def _candidate_json(adv, c) -> dict[str, Any]:
             "tg_tok_s": adv.scaled(c, "tg"), "tg_band": list(adv.interval(c, "tg")),
             "pp_tok_s": adv.scaled(c, "pp"), "pp_band": list(adv.interval(c, "pp")), "request_s": c.request_s,
             "vram_gib": c.vram_gib, "ram_gib": c.ram_gib, "spill_gib": c.spill_gib,
-            "cpu_expert_layers": c.cpu_expert_layers}
+            "cpu_expert_layers": c.cpu_expert_layers} | ({"quant": c.quant} if c.quant else {})
 
 
 def _unified_json(what: dict, c) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
@@ -44,6 +44,7 @@ class Candidate:
     cpu_expert_layers: int
 
     all_layers: int = 0  # the model's layers + 1 (the output head): -ngl at least this is "every layer"
+    quant: str = ""  # the model's quantization, when several were searched
 
     def flags(self) -> str:
         s = self.settings
@@ -84,7 +85,7 @@ class Advice:
         out, seen = [], set()
         for c in ranked:
             s = c.settings
-            place = (s.n_gpu_layers, s.n_cpu_moe, s.parallel)
+            place = (c.quant, s.n_gpu_layers, s.n_cpu_moe, s.parallel)
             if place not in seen:
                 seen.add(place)
                 out.append(c)
@@ -127,7 +128,12 @@ def evaluate(scn: Scenario, machine: str, settings: LlamaCpp, *, n_prompt: int, 
     """One placement's rates (raises SimulationError when it does not load, or leaves a card less than
     ``margin_gib`` free)."""
     st = bench_setup(scn, machine, settings, settings.ctx_size, params)
-    ram = scn.machines[machine].host.ram_gib if scn.machines[machine].host is not None else None
+    m = scn.machines[machine]
+    ram = m.host.ram_gib if m.host is not None else None
+    if m.kind == "unified" and m.gpus:  # one pool: the CPU's buffers get what the GPU's leave
+        from sim.config.unified import pool_gib
+
+        ram = pool_gib(scn, m) - st.vram_gib()
     if ram is not None and st.ram_gib() > ram:
         raise SimulationError(f"CPU: {st.ram_gib():.2f} GiB does not fit in {ram:g} GiB of host RAM")
     for mem in st.memory:
@@ -145,6 +151,17 @@ def evaluate(scn: Scenario, machine: str, settings: LlamaCpp, *, n_prompt: int, 
     spill = sum(m.excess for m in st.memory) / 2**30
     return Candidate(settings, tg, pp, request, st.vram_gib(), st.ram_gib(), spill, st.placement.cpu_expert_blocks(),
                      st.placement.model.blocks + 1)
+
+
+def merged(advices: dict[str, Advice]) -> Advice:
+    """One advice over several quantizations of a model (``advices``: quant -> its search), each candidate and
+    rejection labelled with its quant."""
+    out = Advice([])
+    for quant, adv in advices.items():
+        out.candidates += [replace(c, quant=quant) for c in adv.candidates]
+        out.rejected |= {f"{quant}: {flags}": why for flags, why in adv.rejected.items()}
+        out.band = adv.band
+    return out
 
 
 def advise(scn: Scenario, machine: str, *, n_prompt: int = 512, n_gen: int = 128, depth: int = 0, ctx: int = 8192,

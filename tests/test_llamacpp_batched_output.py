@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.core.errors import ScenarioError
-from sim.llamacpp import batched_output
+from sim.llamacpp import batched_output, bench_output
 from sim.llamacpp.batched_output import BatchedRuns, read_batched_output
 from sim.llamacpp.bench_output import read_bench_output
 
@@ -291,7 +291,7 @@ def test_any_text_gives_records_skipped_or_bad_lines(lines):
     accounted(text, runs)
     for record in runs.records:
         consistent(record)
-    assert all(len(b.reason) <= batched_output.MAX_REASON_CHARS for b in runs.bad)
+    assert all(len(b.reason) <= bench_output.MAX_REASON_CHARS for b in runs.bad)  # the shared cut_reason
 
 
 @settings(max_examples=40)

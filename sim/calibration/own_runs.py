@@ -26,8 +26,9 @@ MAX_BYTES = 50_000_000
 PRIOR_LOG_SD = 0.5  # how far (in log) a parameter may move from the public fit before the prior holds it back
 
 
-def read_bench_file(path: str) -> BenchRuns:
-    """The llama-bench (or sweep-bench) output in ``path``; a one-line ScenarioError when it cannot be read."""
+def read_bench_text(path: str) -> str:
+    """The text of a benchmark output file, checked as a text file of at most :data:`MAX_BYTES`; a one-line
+    ScenarioError when it cannot be read."""
     from sim.calibration.logs_io import check_text_file
 
     check_text_file(path)
@@ -35,7 +36,12 @@ def read_bench_file(path: str) -> BenchRuns:
         raise ScenarioError(path, "", f"{os.path.getsize(path):,} bytes: expected a llama-bench output of at most "
                             f"{MAX_BYTES:,} bytes")
     with open(path, encoding="utf-8", errors="replace") as fh:
-        return read_bench_output(fh.read(), path)
+        return fh.read()
+
+
+def read_bench_file(path: str) -> BenchRuns:
+    """The llama-bench (or sweep-bench) output in ``path``; a one-line ScenarioError when it cannot be read."""
+    return read_bench_output(read_bench_text(path), path)
 
 
 def is_bench_output(runs: BenchRuns) -> bool:

@@ -47,42 +47,35 @@ def bench_outputs(files) -> dict[str, BenchFile]:
     """The files (of ``files``) that are benchmark outputs (records, of both readers, at least a quarter of the lines
     neither took, as :func:`sim.calibration.own_runs.is_bench_output` asks), with what was read of each; {} when none
     is."""
-    from sim.calibration.own_runs import read_bench_file
+    from sim.calibration.own_runs import read_bench_text
     from sim.llamacpp.batched_output import read_batched_output
+    from sim.llamacpp.bench_output import read_bench_output
 
     out = {}
     for path in files:
-        runs = read_bench_file(path)  # checked as a text file of at most MAX_BYTES
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            read = BenchFile(runs, read_batched_output(fh.read(), path))
+        text = read_bench_text(path)  # checked as a text file of at most MAX_BYTES, read once for both readers
+        runs = read_bench_output(text, path)
+        read = BenchFile(runs, read_batched_output(text, path))
         records = len(runs.records) + len(read.batched.records)
         if records and records >= read.other / 4:
             out[path] = read
     return out
 
 
-def _rows(benches: dict[str, BenchFile]) -> list[dict]:
+def _rows(benches: dict[str, BenchFile], kind: str, fields) -> list[dict]:
+    """One row per record of the ``kind`` reader (``bench`` or ``batched``), its ``fields`` after the file."""
     rows = []
     for path, read in benches.items():
-        for r in read.bench.records:
+        for r in getattr(read, kind).records:
             d = asdict(r)
-            rows.append({"file": path} | {k: d.get(k) for k in FIELDS if k != "file"})
-    return rows
-
-
-def _batched_rows(benches: dict[str, BenchFile]) -> list[dict]:
-    rows = []
-    for path, read in benches.items():
-        for r in read.batched.records:
-            d = asdict(r)
-            rows.append({"file": path} | {k: d.get(k) for k in BATCHED_FIELDS if k != "file"})
+            rows.append({"file": path} | {k: d.get(k) for k in fields if k != "file"})
     return rows
 
 
 def print_bench(benches: dict[str, BenchFile], as_csv: bool, as_json: bool) -> None:
     """The tests and rows of ``benches`` (from :func:`bench_outputs`): a summary and tables, CSV (llama-bench's
     fields; batched-bench's; both when the files hold both kinds, a row filling its own) or JSON."""
-    rows, batched = _rows(benches), _batched_rows(benches)
+    rows, batched = _rows(benches, "bench", FIELDS), _rows(benches, "batched", BATCHED_FIELDS)
     if as_json:
         doc = {"rows": rows, "batched_rows": batched,
                "files": {p: {"format": r.bench.format, "records": len(r.bench.records),

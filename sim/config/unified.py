@@ -63,15 +63,19 @@ def platform_rule(vendor: str, os_name: str, pool: float) -> tuple[float, str]:
                                             "GiB the OS keeps")
 
 
+def _platform(scn: Scenario, machine: Machine) -> tuple[str, str]:
+    """The machine's chip vendor ("" without one) and operating system."""
+    card = unified_card(scn, machine)
+    return (card.vendor if card is not None else "", machine.host.os if machine.host is not None else "linux")
+
+
 def gpu_memory_gib(scn: Scenario, machine: Machine) -> float:
     """What the GPU of a unified machine may allocate (GiB): ``unified_memory_gib`` as set, else the platform's
     rule; never more than the pool less what the OS keeps."""
     pool = pool_gib(scn, machine)
     if machine.unified_memory_gib is not None:
         return min(float(machine.unified_memory_gib), pool)
-    card = unified_card(scn, machine)
-    os_name = machine.host.os if machine.host is not None else "linux"
-    share, _ = platform_rule(card.vendor if card is not None else "", os_name, pool)
+    share, _ = platform_rule(*_platform(scn, machine), pool)
     return min(share, max(pool - OS_KEEPS_GIB, 0.0))
 
 
@@ -79,9 +83,7 @@ def gpu_memory_rule(scn: Scenario, machine: Machine) -> str:
     """In words, where the GPU's share of the pool comes from."""
     if machine.unified_memory_gib is not None:
         return f"unified_memory_gib {machine.unified_memory_gib:g} GiB as set"
-    card = unified_card(scn, machine)
-    os_name = machine.host.os if machine.host is not None else "linux"
-    return platform_rule(card.vendor if card is not None else "", os_name, pool_gib(scn, machine))[1]
+    return platform_rule(*_platform(scn, machine), pool_gib(scn, machine))[1]
 
 
 def card_capacity_gib(scn: Scenario, machine: Machine, gpu_key: str) -> float:
@@ -107,9 +109,8 @@ def raise_limit(vendor: str, os_name: str, gib: float) -> str:
 def most_gpu_gib(scn: Scenario, machine: Machine) -> float:
     """The most of the pool a user can give the GPU (GiB): on macOS and Strix Halo all of it less what the OS keeps
     (the limits are settings); on GB10 the platform's rule (no setting raises it)."""
-    card = unified_card(scn, machine)
-    os_name = machine.host.os if machine.host is not None else "linux"
+    vendor, os_name = _platform(scn, machine)
     pool = pool_gib(scn, machine)
-    if card is not None and card.vendor not in ("apple", "amd") and os_name != "macos":
-        return platform_rule(card.vendor, os_name, pool)[0]
+    if vendor not in ("", "apple", "amd") and os_name != "macos":
+        return platform_rule(vendor, os_name, pool)[0]
     return max(pool - OS_KEEPS_GIB, 0.0)

@@ -62,18 +62,6 @@ def n_kv_required(pp: int, tg: int, b: int, pp_shared: bool) -> int:
     return pp + b * tg if pp_shared else b * (pp + tg)
 
 
-def _linear(lg: Ledger, make, steps: int, first: float, step: float) -> None:
-    """``steps`` ledgers whose context runs ``first, first + step, ...``: ``steps`` times the mean of the first and
-    the last (a ledger is linear in its context)."""
-    if steps <= 0:
-        return
-    if steps == 1:
-        lg.extend(make(first))
-        return
-    lg.extend(make(first), steps / 2.0)
-    lg.extend(make(first + (steps - 1) * step), steps / 2.0)
-
-
 def prompts_ledger(setup: LlamaSetup, pp: int, b: int) -> Ledger:
     """The prompts of ``b`` sequences of ``pp`` tokens each, in llama-batched-bench's batches and ubatches."""
     e, s = setup.engine, setup.settings
@@ -86,23 +74,14 @@ def prompts_ledger(setup: LlamaSetup, pp: int, b: int) -> Ledger:
     per_batch = n_batch // pp  # whole sequences per llama_decode call (the tool fills batches in order)
     full, rest = divmod(b, per_batch)
     for seqs, times in ((per_batch, full), (rest, 1)):
-        if seqs <= 0 or times <= 0:
-            continue
-        chunk = max(min(pp, ubatch // seqs), 1)  # each sequence's tokens per ubatch (equal split)
-        steps, tail = divmod(pp, chunk)
-        one = Ledger()
-        _linear(one, lambda c, seqs=seqs, chunk=chunk: e.ubatch_ledger(seqs * chunk, c, seqs), steps, 0.0, chunk)
-        if tail:
-            one.extend(e.ubatch_ledger(seqs * tail, steps * chunk, seqs))
-        lg.extend(one, float(times))
+        if seqs > 0 and times > 0:  # each ubatch an equal share of every sequence in the call
+            lg.extend(e.prompt_ledger(pp, 0.0, max(min(pp, ubatch // seqs), 1), seqs), float(times))
     return lg
 
 
 def generation_ledger(setup: LlamaSetup, pp: int, tg: int, b: int) -> Ledger:
     """``tg`` decode steps of ``b`` sequences, each after its ``pp`` prompt tokens."""
-    lg = Ledger()
-    _linear(lg, lambda c: setup.engine.decode_ledger(b, c), tg, float(pp), 1.0)
-    return lg
+    return setup.engine.generate_ledger(tg, float(pp), b)
 
 
 def batched_setup(scn: Scenario, machine: str, settings: LlamaCpp, pl: list[int],

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.errors import ScenarioError
-from sim.llamacpp.bench_output import MAX_BYTES, MAX_LINES, MAX_REASON_CHARS, BadLine
+from sim.llamacpp.bench_output import MAX_BYTES, MAX_LINES, BadLine, cut_reason
 
 COLUMNS = ("pp", "tg", "b", "n_kv", "t_pp s", "s_pp t/s", "t_tg s", "s_tg t/s", "t s", "s t/s")  # header, lower case
 JSON_KEYS = ("pp", "tg", "pl", "n_kv", "t_pp", "speed_pp", "t_tg", "speed_tg", "t", "speed")
@@ -93,18 +93,14 @@ class _Bad(Exception):
     """A value that cannot be read or does not add up; its message is the bad line's reason."""
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 3] + "..."
-
-
 def _int(value: Any, name: str, low: int) -> int:
     """``value`` (a cell or a JSON value) as an int from ``low`` to int32's largest; else :class:`_Bad`."""
     if isinstance(value, str) and _INT.fullmatch(value.strip()):
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _Bad(f"{name} is not an integer: {_cut(repr(value))}")
+        raise _Bad(f"{name} is not an integer: {cut_reason(repr(value))}")
     if not low <= value <= INT_MAX:
-        raise _Bad(f"{name} is {'below ' + str(low) if value < low else 'out of range'}: {_cut(str(value))}")
+        raise _Bad(f"{name} is {'below ' + str(low) if value < low else 'out of range'}: {cut_reason(str(value))}")
     return value
 
 
@@ -113,14 +109,14 @@ def _number(value: Any, name: str) -> float:
     if isinstance(value, str) and _CELL.fullmatch(value.strip()):
         return float(value.strip())
     if isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) > 1e300:
-        raise _Bad(f"{name} is not a number: {_cut(repr(value))}")
+        raise _Bad(f"{name} is not a number: {cut_reason(repr(value))}")
     return float(value)
 
 
 def _time(value: Any, name: str) -> float:
     seconds = _number(value, name)
     if not math.isfinite(seconds) or seconds < 0:
-        raise _Bad(f"{name} is not a finite non-negative time: {_cut(repr(value))}")
+        raise _Bad(f"{name} is not a finite non-negative time: {cut_reason(repr(value))}")
     return seconds
 
 
@@ -146,7 +142,7 @@ def _speed(value: Any, name: str, tokens: dict[int, str], seconds: float, time_n
     if matched:
         return (None if math.isnan(rate) else rate), matched
     if not math.isfinite(rate) or rate < 0:
-        raise _Bad(f"{name} is not a finite non-negative speed: {_cut(repr(value))}")
+        raise _Bad(f"{name} is not a finite non-negative speed: {cut_reason(repr(value))}")
     count, how = next(iter(tokens.items()))
     expected = count / seconds if seconds > 0 else math.inf
     raise _Bad(f"{name} {rate:g} is not {how} / {time_name} = {expected:.2f}")
@@ -220,7 +216,7 @@ class _Reader:
         try:
             self.runs.records.append(make(*args))
         except _Bad as exc:
-            self.runs.bad.append(BadLine(index + 1, _cut(str(exc))))
+            self.runs.bad.append(BadLine(index + 1, cut_reason(str(exc))))
 
     def line(self, index: int) -> None:
         text = self.lines[index].strip()
@@ -274,7 +270,7 @@ class _Reader:
         try:
             item = json.loads(_NAN_JSON.sub(_json_number, text))
         except (ValueError, RecursionError) as exc:
-            self.runs.bad.append(BadLine(index + 1, _cut(f"unreadable JSON: {exc}")))
+            self.runs.bad.append(BadLine(index + 1, cut_reason(f"unreadable JSON: {exc}")))
             return
         if not isinstance(item, dict) or not {"speed_tg", "t_tg"} & set(item):
             self.runs.skipped.append(index + 1)

@@ -146,7 +146,7 @@ def parse_label(label: str) -> tuple[int, int, int] | None:
     return int(match[1] or 0), int(match[3] or 0), int(match[4] or 0)
 
 
-def _cut(text: str) -> str:
+def cut_reason(text: str) -> str:  # a bad line's reason, at most MAX_REASON_CHARS
     return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 3] + "..."
 
 
@@ -161,9 +161,9 @@ def _int(value: Any, name: str, low: int | None = None) -> int:
     elif isinstance(value, str) and _INT.fullmatch(value.strip()):
         value = int(value.strip())
     if not isinstance(value, int):
-        raise _Bad(f"{name} is not an integer: {_cut(repr(value))}")
+        raise _Bad(f"{name} is not an integer: {cut_reason(repr(value))}")
     if abs(value) >= 2**62 or (low is not None and value < low):
-        raise _Bad(f"{name} is {'negative' if value < 0 else 'out of range'}: {_cut(str(value))}")
+        raise _Bad(f"{name} is {'negative' if value < 0 else 'out of range'}: {cut_reason(str(value))}")
     return int(value)
 
 
@@ -172,10 +172,10 @@ def _float(value: Any, name: str) -> float:
     if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
         value = value.strip()
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Bad(f"{name} is not a number: {_cut(repr(value))}")
+        raise _Bad(f"{name} is not a number: {cut_reason(repr(value))}")
     number = float(value) if not isinstance(value, int) or abs(value) < 2**62 else math.inf
     if not math.isfinite(number) or number < 0:
-        raise _Bad(f"{name} is not a finite non-negative number: {_cut(repr(value))}")
+        raise _Bad(f"{name} is not a finite non-negative number: {cut_reason(repr(value))}")
     return number
 
 
@@ -183,7 +183,7 @@ def _word(value: Any, name: str, auto: bool = False) -> bool | str:
     """A 0/1 (true/false, on/off) value; with ``auto`` also -1 or auto (fa)."""
     word = _WORDS.get(str(value).strip().lower())
     if word is None or (word == "auto" and not auto):
-        raise _Bad(f"{name} is not 0 or 1: {_cut(repr(value))}")
+        raise _Bad(f"{name} is not 0 or 1: {cut_reason(repr(value))}")
     return word
 
 
@@ -192,7 +192,7 @@ def _scaled(value: str, name: str, pattern: re.Pattern, units: dict[str, float],
     match = pattern.fullmatch(value.strip())
     scaled = float(match[1]) * units[match[2]] if match else -1.0
     if not 0 <= scaled < 1e18:
-        raise _Bad(f"{name} is not a value like {example}: {_cut(repr(value))}")
+        raise _Bad(f"{name} is not a value like {example}: {cut_reason(repr(value))}")
     return int(round(scaled))
 
 
@@ -215,7 +215,7 @@ def _sizes(n_prompt: int, n_gen: int, n_depth: int, label: str | None) -> tuple[
         return label_for(n_prompt, n_gen, n_depth), n_prompt, n_gen, n_depth
     parsed = parse_label(label)
     if parsed is None:
-        raise _Bad(f"test is not a llama-bench test such as pp512 or tg128: {_cut(repr(label))}")
+        raise _Bad(f"test is not a llama-bench test such as pp512 or tg128: {cut_reason(repr(label))}")
     return label.strip(), *parsed
 
 
@@ -252,7 +252,7 @@ def _md_row(cells: list[str], names: list[str] | None, line: int) -> BenchRecord
     values = dict(zip(names, cells, strict=True)) if names else {}
     speed = _TS.fullmatch(_clean(values["t/s"] if names else cells[-1]))
     if not speed:
-        raise _Bad(f"t/s is not 'mean ± stddev': {_cut(repr(values['t/s'] if names else cells[-1]))}")
+        raise _Bad(f"t/s is not 'mean ± stddev': {cut_reason(repr(values['t/s'] if names else cells[-1]))}")
     avg_ts, stddev = _float(speed[1], "t/s"), _float(speed[2], "t/s stddev")
     test, n_prompt, n_gen, n_depth = _sizes(0, 0, 0, _clean(values["test"] if names else cells[-2]))
     out: dict[str, Any] = {}
@@ -325,7 +325,7 @@ class _Reader:
         try:
             made = make(*args)
         except _Bad as exc:
-            self.runs.bad.append(BadLine(index + 1, _cut(str(exc))))
+            self.runs.bad.append(BadLine(index + 1, cut_reason(str(exc))))
             return []
         self.runs.records.extend(made if isinstance(made, list) else [made])
         return made if isinstance(made, list) else [made]
@@ -440,7 +440,7 @@ class _Reader:
         except (ValueError, RecursionError) as exc:
             keys = set(re.findall(r'"(\w+)"\s*:', chunk[:4000]))
             if (_BENCH_KEYS | _SWEEP_KEYS) & keys and "pl" not in keys:  # pl: llama-batched-bench's jsonl (its nan)
-                self.runs.bad.append(BadLine(index + 1, _cut(f"unreadable JSON: {exc}")))
+                self.runs.bad.append(BadLine(index + 1, cut_reason(f"unreadable JSON: {exc}")))
             else:
                 self.runs.skipped.append(index + 1)
             return index + 1

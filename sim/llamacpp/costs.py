@@ -419,19 +419,21 @@ class Engine:
         arithmetic.append((2.0 * weights, (channel[0], channel[1], hw.half_rows(device, experts), *channel[3:])))
         return reads, arithmetic, cap
 
-    def prompt_ledger(self, tokens: int, context: float = 0.0, ubatch: int = 512) -> Ledger:
+    def prompt_ledger(self, tokens: int, context: float = 0.0, ubatch: int = 512, sequences: int = 1) -> Ledger:
         """A prompt of ``tokens`` tokens after ``context`` tokens of cache, in ubatches of ``ubatch``: the ``k`` full
         ubatches as ``k`` times the mean of the first and the last (a ubatch's work is linear in its context, so
-        exact but across a kink of a roofline's max), then the remainder."""
+        exact but across a kink of a roofline's max), then the remainder. With ``sequences`` > 1, that many
+        sequences' prompts of ``tokens`` each go together, every ubatch taking ``ubatch`` tokens of each."""
         lg = Ledger()
         full, rest = divmod(tokens, ubatch)
+        s = sequences
         if full == 1:
-            lg.extend(self.ubatch_ledger(ubatch, context))
+            lg.extend(self.ubatch_ledger(ubatch * s, context, s))
         elif full > 1:
-            lg.extend(self.ubatch_ledger(ubatch, context), full / 2.0)
-            lg.extend(self.ubatch_ledger(ubatch, context + (full - 1) * ubatch), full / 2.0)
+            lg.extend(self.ubatch_ledger(ubatch * s, context, s), full / 2.0)
+            lg.extend(self.ubatch_ledger(ubatch * s, context + (full - 1) * ubatch, s), full / 2.0)
         if rest:
-            lg.extend(self.ubatch_ledger(rest, context + full * ubatch))
+            lg.extend(self.ubatch_ledger(rest * s, context + full * ubatch, s))
         return lg
 
     def generate_ledger(self, tokens: int, context: float = 0.0, batch: int = 1) -> Ledger:

@@ -16,6 +16,7 @@ scenario's ``models.M.moe.routing`` wins when it sets an exponent.
 from __future__ import annotations
 
 import os
+from functools import cache
 
 from sim.core.topk import inclusion_probabilities, zipf_weights
 
@@ -25,6 +26,7 @@ POOLED_EXPONENT = sum(MEASURED_EXPONENT.values()) / len(MEASURED_EXPONENT)
 DRIFT_WEIGHT = 0.325714
 
 
+@cache
 def batch_inclusion(experts: int, top_k: int, exponent: float, drift_weight: float) -> tuple[float, ...]:
     """A token's inclusion probability of each of ``experts`` under the law that B independent sequences route by."""
     if experts <= 0 or top_k <= 0:

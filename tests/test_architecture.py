@@ -22,7 +22,8 @@ LAYERS = [
     ["sim.moe", "sim.dense", "sim.llamacpp"],  # the engine kinds
     ["sim.engines"],  # which kind serves a scenario
     ["sim.runner"],  # one run: loads, jobs, the served workload
-    ["sim.report", "sim.calibration", "sim.compare"],  # its text; fitting, validating, error bars; differences
+    ["sim.report", "sim.calibration", "sim.compare", "sim.capacity"],  # its text; fitting, validating, error bars;
+    # differences; the most load under goals
     ["sim.sweeps", "sim.viz", "sim.fidelity"],  # many runs; figures; the leave-one-source-out benchmark
     ["sim.api", "sim"],  # the Python API
     ["sim.cli"],  # the command line

@@ -19,6 +19,11 @@ its bytes over the memory rate and its FLOPs over the compute rate, and the iter
 - ``overhead_s``: scheduling, sampling, launches, per iteration (and ``prompt_token_s`` per prompt token, for an
   engine that gives its prompt rate rather than the specs it derives from).
 
+Where the linear layers' operators were profiled on the card for the model (:mod:`sim.batching.operators`, Vidur's
+tables), their measured time replaces the ``linear`` roofline. With tensor parallelism over ``N`` cards each holds
+``1 / N`` of the weights, heads and KV and works on its share in parallel, and every layer adds two all-reduces of
+the positions' activations (``2 (N - 1) / N`` of their bytes over the cards' link, plus a latency each).
+
 Between two events a decode-only batch does not change: every term but the decode attention is a constant per
 iteration and that one grows linearly with the context (``growth`` tokens per iteration), so ``n`` iterations take
 ``n x fixed + a x (n x context + growth x n (n - 1) / 2)`` (:meth:`StepCost.run_s`) and the iterations finished by a
@@ -31,7 +36,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sim.batching.operators import OperatorTable
 from sim.core.units import GB, KIB
+
+ACTIVATION_BYTES = 2  # bytes per activation value an all-reduce moves (FP16/BF16)
 
 
 @dataclass(frozen=True)
@@ -47,24 +55,46 @@ class StepCost:
     prompt_token_s: float = 0.0  # per prompt-chunk token, when an engine gives its prompt rate instead of specs (s)
     experts_s: Callable[[float], float] | None = field(default=None, compare=False)  # MoE: seconds for n positions
     state_s: float = 0.0  # a decoding sequence's linear-attention state read and written once per iteration (s)
+    linear_table: OperatorTable | None = field(default=None, compare=False)  # profiled linear operators, per layer
+    table_layers: int = 0  # layers the profiled block is repeated over
+    allreduce_fixed_s: float = 0.0  # tensor parallel: the all-reduces' latencies per iteration (s)
+    allreduce_token_s: float = 0.0  # tensor parallel: the all-reduces' transfer per position (s)
 
     @classmethod
     def build(cls, *, weights_bytes: float, kv_kib_per_token: float, params_b: float, layers: int, hidden: int,
               hbm_gbps: float, tflops: float, memory_efficiency: float, compute_efficiency: float,
               overhead_s: float, positions_per_step: int = 1,
-              experts_s: Callable[[float], float] | None = None, state_kib_per_sequence: float = 0.0) -> StepCost:
+              experts_s: Callable[[float], float] | None = None, state_kib_per_sequence: float = 0.0,
+              linear_table: OperatorTable | None = None, tensor_parallel: int = 1, allreduce_gbps: float = 0.0,
+              allreduce_latency_s: float = 0.0) -> StepCost:
         """From the model's geometry (dense bytes, KiB of KV per token, 1e9 dense parameters, layers, width), the
-        card's specs (GB/s, TFLOP/s) and the engine's efficiencies (fractions) and overhead (s)."""
-        memory = memory_efficiency * hbm_gbps * GB  # bytes/s
-        compute = compute_efficiency * tflops * 1e12  # FLOP/s
+        card's specs (GB/s, TFLOP/s) and the engine's efficiencies (fractions) and overhead (s); ``linear_table``:
+        the linear layers' profiled operators on that card (at that tensor-parallel degree); ``tensor_parallel``
+        cards, their all-reduces at ``allreduce_gbps`` (GB/s) and ``allreduce_latency_s`` each."""
+        n = tensor_parallel
+        memory = memory_efficiency * hbm_gbps * GB * n  # bytes/s, all cards together
+        compute = compute_efficiency * tflops * 1e12 * n  # FLOP/s
+        fixed = token = 0.0
+        if n > 1:
+            fixed = 2 * layers * allreduce_latency_s
+            token = 2 * layers * 2 * (n - 1) / n * hidden * ACTIVATION_BYTES / (allreduce_gbps * GB)
         return cls(overhead_s, weights_bytes / memory, 2 * params_b * 1e9 / compute, kv_kib_per_token * KIB / memory,
                    4 * layers * hidden / compute, positions_per_step, experts_s=experts_s,
-                   state_s=2 * state_kib_per_sequence * KIB / memory)
+                   state_s=2 * state_kib_per_sequence * KIB / memory, linear_table=linear_table,
+                   table_layers=layers if linear_table is not None else 0, allreduce_fixed_s=fixed,
+                   allreduce_token_s=token)
 
     # --- the operators ---------------------------------------------------------------------------------------
     def linear_s(self, positions: float) -> float:
-        """The dense matrix products of ``positions`` positions: weights read once, or their arithmetic."""
-        return max(self.weights_s, self.token_s * positions)
+        """The dense matrix products of ``positions`` positions: weights read once, or their arithmetic (or their
+        profiled time); with tensor parallelism, the layers' all-reduces too."""
+        if self.linear_table is not None:
+            seconds = self.table_layers * self.linear_table.layer_s(positions)
+        else:
+            seconds = max(self.weights_s, self.token_s * positions)
+        if self.allreduce_fixed_s:
+            seconds += self.allreduce_fixed_s + self.allreduce_token_s * positions
+        return seconds
 
     def routed_s(self, positions: float) -> float:
         """The routed experts ``positions`` positions touch (0 for a dense model)."""

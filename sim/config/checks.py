@@ -241,13 +241,8 @@ def _layer_split(m: Machine, p: str, e: Engine) -> list[Problem]:
 def _dense_engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
     """What a dense model's engine needs: an iteration section with every cost, and a card with its specs."""
     errs: list[Problem] = []
-    if e.iteration is None:
-        errs.append((f"{p}.iteration", None, "an 'iteration' section (memory_efficiency, compute_efficiency, "
-                     "overhead_s) for a dense model"))
-    else:
-        for field in ("memory_efficiency", "compute_efficiency", "overhead_s"):
-            if getattr(e.iteration, field) is None:
-                errs.append((f"{p}.iteration.{field}", None, CALIBRATED))
+    # iteration costs left out take the card family's fitted efficiencies and the engine's overhead
+    # (sim.batching.families)
     for field in ("peers", "layer_split", "host_ram_gib"):
         if getattr(e, field):
             errs.append((f"{p}.{field}", getattr(e, field), "nothing: a dense model has no experts to place"))

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat
 
-from sim.config.base import MAX_GBPS, MAX_GIB, MAX_MIB, MAX_TOK_S, MIN_FRACTION, MIN_GBPS, MIN_TOK_S, Strict
+from sim.config.base import MAX_GBPS, MAX_GIB, MAX_MIB, MAX_TOK_S, MIN_FRACTION, MIN_GBPS, MIN_TOK_S, Strict, input_file
 from sim.config.llamacpp import LlamaCpp
 
 
@@ -130,7 +130,8 @@ class LayerSplit(Strict):
 class Iteration(Strict):
     """Iteration cost of a dense continuous-batching engine (sim.batching.cost): ``overhead_s`` plus each operator's
     roofline (linear layers, decode attention, prefill attention), the longer of its reads at ``memory_efficiency``
-    x the card's ``hbm_gbps`` and its arithmetic at ``compute_efficiency`` x its ``tflops``, summed."""
+    x the card's ``hbm_gbps`` and its arithmetic at ``compute_efficiency`` x its ``tflops``, summed. A value left
+    out takes the card family's fitted one, and the engine's overhead (sim.batching.families)."""
 
     memory_efficiency: float | None = Field(
         None, ge=MIN_FRACTION, le=1,
@@ -147,6 +148,19 @@ class Iteration(Strict):
         None, gt=0, le=MAX_GIB,
         description="VRAM for KV (GiB). Default: the card's VRAM less other tenants, the weights and "
         "runtime_gib.")
+    server: Literal["vllm", "sglang"] = Field(
+        "vllm", description="The serving engine whose per-iteration overhead applies when overhead_s is left out "
+        "(sim.batching.families).")
+    operators: str | None = input_file(
+        "Profiled operator times of the model's linear layers on this card (Vidur's layout, "
+        "calibration/vidur_a100/README.md: num_tokens, optional tensor_parallel, <operator>_median_ms per layer); "
+        "they replace the linear layers' roofline. Default: the roofline.")
+    allreduce_gbps: float | None = Field(
+        None, ge=MIN_GBPS, le=MAX_GBPS, description="Tensor parallel: bandwidth of an all-reduce between the cards "
+        "(GB/s; NVLink's where they have it). Default: the slowest card's host link (PCIe peer-to-peer).")
+    allreduce_latency_s: float = Field(
+        2e-5, ge=0, le=0.01, description="Tensor parallel: fixed time of one all-reduce (s; two per layer per "
+        "iteration). Default 20 us: an assumed NCCL ring latency over PCIe, not fitted.")
 
 
 class Scheduler(Strict):
@@ -200,6 +214,9 @@ class Engine(Strict):
         description="Prompt tokens read per second (tok/s), when no `prefill` mechanism is given.")
     prefill: Prefill | None = None
     parallel: int = Field(1, gt=0, le=256, description="Decode slots; the expert cache is divided among them.")
+    tensor_parallel: int = Field(
+        1, gt=0, le=64, description="Dense engine: cards the model is split across by tensor parallelism (vLLM's "
+        "--tensor-parallel-size): the engine's gpu and the machine's next GPUs in their listed order, all of one type.")
     batching: bool = Field(
         False, description="Continuous batching: one step serves every active slot and fetches the union of their "
         "experts; the cache is shared, not divided. Default: slots take turns on the GPU, each with its share.")

@@ -25,6 +25,9 @@ class Workload(Strict):
     runs: int = Field(
         1, gt=0, description="Closed loop: the requests are sent in this many back-to-back runs; each run the clients "
         "start together (a benchmark's repetitions).")
+    ramp_s: float = Field(
+        0.0, ge=0, le=1e7, description="Closed loop: the clients' first requests spread evenly over this many "
+        "seconds (client c of N starts at c x ramp_s / N), as a load generator ramps its users up; 0: all at once.")
     rate_per_s: float | None = Field(None, ge=MIN_TOK_S, le=MAX_TOK_S,
         description="Open loop: mean arrival rate (requests/s).")
     arrival_law: Literal["poisson", "uniform"] = Field(

@@ -52,13 +52,14 @@ class QueueSpec:
     think_law: str = "fixed"  # fixed or exponential
     queue_limit: int | None = None  # requests that may wait; None: unbounded
     timeout_s: float | None = None  # a request waiting longer is cancelled (s); None: never
+    ramp_s: float = 0.0  # closed loop: the clients' first requests spread evenly over this long (s)
 
     @classmethod
     def of(cls, sv: Serve, sequences: int) -> QueueSpec:
         """The queue a scenario's ``serve`` section describes, in front of an engine of ``sequences``."""
         return cls(sequences, overhead_s=sv.request_overhead_s, think_s=sv.workload.think_s,
                    think_law=sv.workload.think_law, queue_limit=sv.admission.queue_limit,
-                   timeout_s=sv.admission.timeout_s)
+                   timeout_s=sv.admission.timeout_s, ramp_s=sv.workload.ramp_s)
 
 
 @dataclass
@@ -283,7 +284,11 @@ def run_queue(table: RequestTable, work: Work, spec: QueueSpec, rng: np.random.G
         active = [len(np.unique(table.client[run == r])) for r in range(runs)]
         barrier = [env.event() for _ in range(runs)]  # every client of run r has finished it
 
+        clients = int(table.client.max()) + 1
+
         def client(c: int):
+            if spec.ramp_s > 0 and c:  # users ramped up: client c of N starts at c / N of the ramp
+                yield env.timeout(spec.ramp_s * c / clients)
             for r in range(runs):
                 if r:
                     yield barrier[r - 1]
@@ -298,7 +303,7 @@ def run_queue(table: RequestTable, work: Work, spec: QueueSpec, rng: np.random.G
                     if active[r] == 0:
                         barrier[r].succeed()
 
-        for c in range(int(table.client.max()) + 1):
+        for c in range(clients):
             env.process(client(c))
     elif n:  # every arrival known in advance: each schedules the next (one pending event, whatever the trace)
         arrival = table.arrival_s

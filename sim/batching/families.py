@@ -1,0 +1,61 @@
+"""A dense batching engine's iteration costs that specs do not determine, by GPU family and by engine.
+
+The two efficiencies (the share of a card's memory bandwidth its reads get, of its tensor throughput its arithmetic
+gets) are fitted per family to real kernel timings: the linear operators of transformer blocks that Vidur's authors
+profiled on A100, A40 and H100 GPUs (``calibration/vidur_*/``), against the catalog's datasheet figures, by
+``python benchmarks/fit_kernel_families.py``, which also judges them leave-one-source-out (a source: one card and
+model; held out, the A100's two profiles are predicted within a median 3.4% and 4.2%, the A40's within 9.7%). A
+family without a profile takes the nearest fitted one's, and the run's text says so.
+
+The overhead per iteration (scheduling, sampling, launches) is the engine's own. No public measurement in the
+project's ground truth isolates it yet: 1 ms is assumed for vLLM and SGLang alike, and said so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# family: (memory_efficiency, compute_efficiency, source)
+FAMILIES: dict[str, tuple[float, float, str]] = {
+    "ampere": (0.602, 0.676, "fitted to Vidur's A100 (Llama-2-7B, Llama-3-8B) and A40 kernel profiles"),
+    "hopper": (0.576, 0.651, "fitted to Vidur's H100 kernel profile (one source: not held out)"),
+}
+NEAREST = {"ada": "ampere", "turing": "ampere", "volta": "ampere", "pascal": "ampere", "blackwell": "hopper",
+           "cdna2": "ampere", "cdna3": "hopper"}
+FALLBACK = "ampere"
+ENGINE_OVERHEAD_S: dict[str, tuple[float, str]] = {
+    "vllm": (1e-3, "assumed: no public measurement isolates vLLM's per-iteration overhead yet"),
+    "sglang": (1e-3, "assumed: no public measurement isolates SGLang's per-iteration overhead yet"),
+}
+DEFAULT_ENGINE = "vllm"
+
+
+@dataclass(frozen=True)
+class IterationCosts:
+    """The efficiencies (fractions) and overhead (s) an engine's iterations use, and where each came from."""
+
+    memory_efficiency: float
+    compute_efficiency: float
+    overhead_s: float
+    sources: tuple[str, ...]  # one line per value not given by the scenario
+
+
+def iteration_costs(memory_efficiency: float | None, compute_efficiency: float | None, overhead_s: float | None,
+                    family: str | None, engine: str | None = None) -> IterationCosts:
+    """The scenario's values where given, else the family's fitted ones and the engine's overhead."""
+    sources: list[str] = []
+    fam = family if family in FAMILIES else NEAREST.get(family or "", FALLBACK)
+    mem, comp, why = FAMILIES[fam]
+    carried = "" if fam == family else (f" (the card's family {family} has no profile: {fam}'s carried over)"
+                                        if family else f" (the card names no family: {fam}'s carried over)")
+    if memory_efficiency is None:
+        memory_efficiency = mem
+        sources.append(f"memory_efficiency {mem:g}: {fam}, {why}{carried}")
+    if compute_efficiency is None:
+        compute_efficiency = comp
+        sources.append(f"compute_efficiency {comp:g}: {fam}, {why}{carried}")
+    if overhead_s is None:
+        name = engine if engine in ENGINE_OVERHEAD_S else DEFAULT_ENGINE
+        overhead_s, why_o = ENGINE_OVERHEAD_S[name]
+        sources.append(f"overhead_s {overhead_s:g} s: {name}, {why_o}")
+    return IterationCosts(memory_efficiency, compute_efficiency, overhead_s, tuple(sources))

@@ -19,10 +19,10 @@ Vidur (microsoft/vidur) simulated Llama-2-7B on one A100 80 GB with the Sarathi 
   c[i])); at 3 requests/s, where Vidur is overloaded, this is the saturating rate.
 
 Vidur's figures are those of its attention-refitted runs (``attnfit``, preferred) with its roofline stand-in runs
-beside them for information. The targets (within 15% of Vidur attnfit): throughput and TPOT p50 at each rate, the
-saturating rate. sim runs with a fixed seed (its results are deterministic); only the reported run time varies.
-With ``--requests N`` both sides keep the first N requests, and Vidur's are those of its 10,000-request runs (the
-later arrivals shared their batches): a quick check, not the comparison.
+beside them for information. The targets (within 15% of Vidur attnfit): throughput, TTFT p50 and p99, TPOT p50 and
+p99 at each rate; the saturating rate within 10%. sim runs with a fixed seed (its results are deterministic); only
+the reported run time varies. With ``--requests N`` both sides keep the first N requests, and Vidur's are those of
+its 10,000-request runs (the later arrivals shared their batches): a quick check, not the comparison.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ RATES = (1, 2, 3)
 REQUESTS = 10_000
 SEED = 0
 TOLERANCE = 0.15
+SATURATING_TOLERANCE = 0.10  # the saturating rate's target
 SATURATING_RATE_AT = 3  # requests/s: Vidur's overloaded run
 STEADY = (0.2, 0.8)  # quantiles of the completion times bounding the steady part
 KEEPS_UP = 0.97  # a steady completion rate at least this share of the arrival rate: not saturated
@@ -182,20 +183,21 @@ def relative(a: float, b: float) -> float:
 
 
 def targets(results: dict[int, dict[str, dict[str, float]]]) -> list[dict]:
-    """The issue's targets: sim within ``TOLERANCE`` of Vidur (attnfit) on throughput and TPOT p50 at each rate, and
-    on the saturating rate (the steady completion rate at ``SATURATING_RATE_AT`` requests/s; ``saturated``: False
-    when a simulator's completions keep up with the arrivals there, its figure then a lower bound of its saturating
-    rate)."""
+    """The targets: sim within ``TOLERANCE`` of Vidur (attnfit) on throughput, TTFT p50 and p99 and TPOT p50 and p99
+    at each rate, and within ``SATURATING_TOLERANCE`` on the saturating rate (the steady completion rate at
+    ``SATURATING_RATE_AT`` requests/s; ``saturated``: False when a simulator's completions keep up with the arrivals
+    there, its figure then a lower bound of its saturating rate)."""
     out = []
     checks = [(rate, key, label) for rate in results for key, label in
-              (("throughput_tok_s", "throughput"), ("tpot_p50_s", "TPOT p50"))]
+              (("throughput_tok_s", "throughput"), ("ttft_p50_s", "TTFT p50"), ("ttft_p99_s", "TTFT p99"),
+               ("tpot_p50_s", "TPOT p50"), ("tpot_p99_s", "TPOT p99"))]
     if SATURATING_RATE_AT in results:
         checks.append((SATURATING_RATE_AT, "steady_completion_rate_per_s", "saturating rate"))
     for rate, key, label in checks:
         ours, theirs = results[rate]["sim"][key], results[rate][TARGET_RUN][key]
         rel = relative(ours, theirs)
         row = {"rate_per_s": rate, "metric": label, "key": key, "sim": ours, "vidur": theirs, "relative": rel,
-               "met": bool(abs(rel) <= TOLERANCE)}
+               "met": bool(abs(rel) <= (SATURATING_TOLERANCE if key == "steady_completion_rate_per_s" else TOLERANCE))}
         if key == "steady_completion_rate_per_s":
             row["saturated"] = {
                 name: bool(results[rate][run][key] < KEEPS_UP * results[rate][run]["arrival_rate_per_s"])
@@ -239,11 +241,13 @@ def markdown(results: dict[int, dict[str, dict[str, float]]], checks: list[dict]
                 cells += [fmt(res[r][key], scale), rel]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += [f"## Targets (within {TOLERANCE:.0%} of Vidur attnfit)", "",
+    lines += [f"## Targets (within {TOLERANCE:.0%} of Vidur attnfit; the saturating rate within "
+              f"{SATURATING_TOLERANCE:.0%})", "",
               "| rate | metric | sim | Vidur attnfit | difference | |", "|---|---|---:|---:|---:|---|"]
     for c in checks:
-        scale = 1e3 if c["key"] == "tpot_p50_s" else 1.0
-        unit = {"throughput_tok_s": " tok/s", "tpot_p50_s": " ms", "steady_completion_rate_per_s": " req/s"}[c["key"]]
+        scale = 1e3 if c["key"].startswith("tpot") else 1.0
+        unit = {"throughput_tok_s": " tok/s", "steady_completion_rate_per_s": " req/s"}.get(
+            c["key"], " ms" if c["key"].startswith("tpot") else " s")
         lines.append(f"| {c['rate_per_s']}/s | {c['metric']} | {fmt(c['sim'], scale)}{unit} | "
                      f"{fmt(c['vidur'], scale)}{unit} | {pct(c['relative'])} | {'met' if c['met'] else 'MISSED'} |")
     met = sum(c["met"] for c in checks)
@@ -260,12 +264,11 @@ def markdown(results: dict[int, dict[str, dict[str, float]]], checks: list[dict]
                   "not the comparison."]
     lines += ["", "Both sides price the linear layers from the same profiled A100 kernels (sim reads Vidur's table, "
               "`iteration.operators`) and model no CPU overhead (Vidur's default; the scenario's assumed 1 ms is "
-              "left out here). What is left is attention: sim prices the KV reads at the efficiency fitted to the "
-              "weight reads (67% of 2,039 GB/s), Vidur's attnfit decode attention follows real attention kernels, "
-              "which read KV faster at large batches. Near saturation (2/s is 85% of Vidur's capacity) that gap "
-              "compounds through the queue. As a check only (not adopted: it would be fitted to a peer), "
-              "`--set machines.a100_box.engine.iteration.memory_efficiency=0.85` brings every statistic at every "
-              "rate within 5% of Vidur attnfit."]
+              "left out here). sim's decode attention is its own kernel: KV read at 88.5% of the bandwidth after a "
+              "42 us ramp per layer, both fitted to FlashAttention-2's paged decode kernel timed on an A30 (the A100's "
+              "die; `calibration/attention_kernels/`, `benchmarks/fit_attention_kernels.py`), nothing to Vidur. "
+              "Before that (KV read at the weight reads' 67%), TPOT p50 was +83% at 2/s, where the queue amplifies "
+              "any cost gap (2/s is 85% of the capacity)."]
     lines += ["",
               "Definitions (the same for both simulators, from per-request values): throughput = output tokens / "
               "(last completion - first arrival); TTFT = first token - arrival; TPOT = (e2e - TTFT) / (output tokens "

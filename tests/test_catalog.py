@@ -69,7 +69,7 @@ REQUIRED_HOSTS = {"ddr4_3200_2ch", "ddr4_3600_2ch", "ddr5_5600_2ch", "ddr5_6000_
 REQUIRED_LINKS = {"pcie1", "pcie2", "pcie3", "pcie4", "pcie5", "nvlink_rtx3090", "nvlink_a100", "nvlink_h100"}
 
 STRING_KEYS = {"name", "source", "note", "memory", "vendor", "dram", "kind", "encoding", "matrix_units", "fp32_basis",
-               "isa"}
+               "family", "isa"}
 # per-pin data rate (Gbit/s) the memory type spans, and the bus widths (bits) it comes in
 MEMORY = {
     "GDDR5": ((6.0, 9.0), (128, 256, 384)),
@@ -364,7 +364,7 @@ def test_nvlink_figures():
 def test_the_spec_keys_are_the_agreed_ones():
     assert GPU_SPEC_KEYS == ("vram_gib", "hbm_gbps", "tflops", "int8_tops", "pcie_max_gen", "pcie_max_lanes",
                              "board_power_w", "memory", "vendor", "unified", "name", "source", "note",
-                             "fp32_tflops", "matrix_units")
+                             "fp32_tflops", "matrix_units", "family")
     assert GPU_INFO_KEYS == ("shaders", "boost_mhz", "shader_flop_per_clk", "fp32_basis", "vram_gib_options")
     assert HOST_SPEC_KEYS == ("name", "source", "note", "dram", "mt_s", "channels", "cores", "threads", "bus_bits",
                               "base_ghz", "boost_ghz", "fp32_flops_per_cycle", "isa", "e_cores", "e_boost_ghz",

@@ -174,3 +174,16 @@ def test_unified_hosts_match_their_gpus_bandwidth():
         if host.startswith("apple_"):
             assert h["isa"] == "neon" and 0 < h["e_cores"] < h["cores"] == h["threads"], host
             assert f"gpus.{gpu}" in h["note"], host  # names its GPU entry
+
+
+def test_every_gpu_names_its_family_and_an_unknown_one_is_refused(monkeypatch):
+    from sim.catalog import store
+
+    entries = store.gpu_entries()
+    assert all(e.get("family") in store.FAMILIES for e in entries.values())
+    assert entries["a100_80gb_sxm"]["family"] == "ampere" and entries["gb10"]["family"] == "blackwell"
+    assert entries["radeon_8060s"]["family"] == "rdna3.5" and entries["h100_sxm"]["family"] == "hopper"
+    from sim.config.machines import GpuType
+
+    with pytest.raises(Exception, match="family"):
+        GpuType(vram_gib=8, pcie_max_gen=4, family="fermi")

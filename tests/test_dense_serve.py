@@ -191,8 +191,6 @@ def test_littles_law_and_determinism():
 # --- scenario checks ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("over,key", [
-    ({"machines__box__engine__iteration": None}, "machines.box.engine.iteration"),
-    ({"machines__box__engine__iteration__overhead_s": None}, "machines.box.engine.iteration.overhead_s"),
     ({"gpus__card__hbm_gbps": None}, "gpus.card.hbm_gbps"),
     ({"machines__box__engine__host_ram_gib": 64}, "machines.box.engine.host_ram_gib"),
     ({"machines__box__engine__step__dense_s": 0.01}, "machines.box.engine.step"),
@@ -204,6 +202,18 @@ def test_a_dense_engine_names_what_it_is_missing(over, key):
     with pytest.raises(ScenarioError) as err:
         dense_scenario(**over)
     assert err.value.path == key
+
+
+@pytest.mark.parametrize("over", [{"machines__box__engine__iteration": None},
+                                  {"machines__box__engine__iteration__overhead_s": None}])
+def test_iteration_costs_left_out_take_the_family_and_engine_defaults(over):
+    """An iteration section or cost left out is no error: the card family's fitted efficiencies and the engine's
+    overhead fill it (sim.batching.families), and the set-up says where they came from."""
+    from sim.dense.setup import setup_dense
+
+    scn = dense_scenario(**over)
+    s = setup_dense(scn, "box")
+    assert s.costs is not None and any("overhead_s" in line for line in s.costs.sources)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """The serving-under-load domain of the fidelity benchmark: every row of the two concurrency tables either expressed
-(calibration/serving_setups.yaml: vLLM on a DGX Spark, run by the MoE engine) or excluded once with the reason no
+(calibration/serving_setups.yaml: vLLM on a DGX Spark, run by the MoE engine; vLLM on a Strix Halo, run by the dense
+engine) or excluded once with the reason no
 engine of the project expresses it; fit and predict work on any list."""
 
 import csv
@@ -35,10 +36,13 @@ def test_every_row_of_both_tables_is_covered_exactly_once(domain):
 
 def test_each_row_says_why_no_engine_expresses_it(domain):
     _, obs, excluded = domain
-    assert {o.source for o in obs} == {"IA-sweep-q36-i1k", "IA-sweep-q36-i512"}
+    assert {o.source for o in obs} == {"IA-sweep-q36-i1k", "IA-sweep-q36-i512", "LHL-vllm-README"}
     assert {o.quantity for o in obs} == {"output_tok_s", "ttft_mean_ms", "tpot_mean_ms"}
+    assert {o.row_id for o in obs if o.source == "LHL-vllm-README"} == {"UC0091", "UC0092", "UC0093"}
+    why = {e.row_id: e.why for e in excluded}
+    assert "W8A8 and GPTQ" in why["UC0094"] and "llama-server" in why["UC0099"]
     why = {e.source: e.why for e in excluded}
-    assert "unified" in why["IA-sweep-q38fn-i512"] and "unified" in why["LHL-vllm-README"]
+    assert "unified" in why["IA-sweep-q38fn-i512"]
     assert why["LCPP-benches-dgx-spark-batched"].startswith("llama.cpp domain: llama-batched-bench")
     assert "TP=2" in why["C3090-conc-sweep"] and "tensor parallelism" in why["C3090-conc-sweep"]
     assert "TP=3" in why["C3090-845-htsglang"]
@@ -70,3 +74,16 @@ def test_vllm_on_a_spark_is_predicted_from_the_engine_defaults_and_the_mtp_prior
     assert fitted.mtp_acceptance == MTP_ACCEPTANCE_PRIOR
     got = {o.quantity: p.value / o.measured - 1 for o, p in zip(row, d.predict(fitted, row), strict=True)}
     assert abs(got["output_tok_s"]) < 0.15 and abs(got["tpot_mean_ms"]) < 0.15 and abs(got["ttft_mean_ms"]) < 0.3
+
+
+def test_strix_halo_vllm_rows_run_on_the_dense_engine_at_their_derived_mean_lengths(domain):
+    """The source states 17,809 input tokens over 64 requests and each row's rate and duration: a closed loop of
+    278-token prompts and 174-176-token answers, served by the dense batching engine with no parameter fitted."""
+    d, obs, _ = domain
+    rows = [o for o in obs if o.source == "LHL-vllm-README"]
+    assert {(o.key.prompt, o.key.output, o.key.clients) for o in rows} == {(278, 174, 1), (278, 174, 8),
+                                                                          (278, 176, 16)}
+    preds = d.predict(d.fit([]), rows)
+    assert all(math.isfinite(p.value) and "dense engine" in p.mechanism for p in preds)
+    tput = {o.key.clients: p.value for o, p in zip(rows, preds, strict=True) if o.quantity == "output_tok_s"}
+    assert tput[1] < tput[8] < tput[16]  # batching: more clients, more throughput

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from sim.batching.cost import StepCost
-from sim.batching.families import FAMILIES, iteration_costs
+from sim.batching.families import ATTENTION, FAMILIES, iteration_costs
 from sim.batching.operators import operator_table
 from sim.cli import main
 from sim.config.load import load_scenario
@@ -106,14 +106,59 @@ def test_tensor_parallel_needs_enough_cards_of_one_type():
 def test_family_defaults_fill_what_the_scenario_leaves_out():
     c = iteration_costs(None, None, None, "ampere", "vllm")
     assert (c.memory_efficiency, c.compute_efficiency, c.overhead_s) == (*FAMILIES["ampere"][:2], 1e-3)
-    assert len(c.sources) == 3 and all("ampere" in s or "vllm" in s for s in c.sources)
+    assert (c.kv_read_efficiency, c.attention_call_s) == ATTENTION["ampere"][:2]
+    assert len(c.sources) == 5 and all("ampere" in s or "vllm" in s for s in c.sources)
     given = iteration_costs(0.5, 0.6, 0.002, "hopper")
-    assert (given.memory_efficiency, given.compute_efficiency, given.overhead_s, given.sources) == (0.5, 0.6, 0.002, ())
+    assert (given.memory_efficiency, given.compute_efficiency, given.overhead_s) == (0.5, 0.6, 0.002)
+    assert given.sources == ("KV reads at memory_efficiency, no attention ramp: no attention kernel timings for this "
+                             "family",)
+    assert iteration_costs(0.5, 0.6, 0.002, "hopper", kv_read_efficiency=0.9, attention_call_s=0.0).sources == ()
     carried = iteration_costs(None, 0.6, 0.0, "blackwell")
     assert carried.memory_efficiency == FAMILIES["hopper"][0] and "carried over" in carried.sources[0]
+    assert carried.kv_read_efficiency is None and carried.attention_call_s == 0.0  # no attention timings: none
 
 
 def test_a_dense_scenario_without_costs_runs_and_says_where_they_came_from():
     res = CliRunner().invoke(main, ["run", A100, "--set", "serve.requests=50"])
     assert res.exit_code == 0, res.output
     assert "ampere" in res.output and "assumed" in res.output and "profiled operators" in res.output
+
+
+def test_attention_kernel_reads_at_its_own_efficiency_after_a_ramp_per_layer():
+    base = dict(weights_bytes=12.55 * 2**30, kv_kib_per_token=512, params_b=6.74, layers=32, hidden=4096,
+                hbm_gbps=2039, tflops=312, memory_efficiency=0.674, compute_efficiency=0.696, overhead_s=0.001)
+    plain = StepCost.build(**base)
+    kernel = StepCost.build(**base, kv_read_efficiency=0.885, attention_call_s=4.24e-5)
+    assert kernel.kv_s_per_token == pytest.approx(plain.kv_s_per_token * 0.674 / 0.885)
+    assert kernel.attention_fixed_s == pytest.approx(32 * 4.24e-5)
+    for k, context in ((1, 300.0), (30, 90_000.0)):
+        one, _ = kernel.iteration_s(k, context)
+        assert kernel.run_s(k, context, 1) == pytest.approx(one)  # the closed form carries the ramp too
+        assert one == pytest.approx(plain.iteration_s(k, context)[0] + kernel.attention_fixed_s
+                                    - (plain.kv_s_per_token - kernel.kv_s_per_token) * context)
+
+
+def test_attention_fit_reproduces_the_shipped_ampere_values():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fit_attention", os.path.join(ROOT, "benchmarks",
+                                                                                 "fit_attention_kernels.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.fit()
+    assert (out["kv_read_efficiency"], out["attention_call_s"]) == pytest.approx(ATTENTION["ampere"][:2], rel=1e-3)
+    assert out["batched_median_error"] < 0.06
+
+
+def test_vidur_reference_workload_within_its_targets():
+    """Vidur's 10,000 requests at 1, 2 and 3 requests/s (benchmarks/vidur_compare.py, about 3 s): throughput, TTFT p50
+    and p99, TPOT p50 and p99 within 15% of Vidur's attention-refitted runs, the saturating rate within 10%."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "vidur_compare.py"), "--json"],
+                         capture_output=True, text=True, check=True, cwd=os.path.join(ROOT, "benchmarks"))
+    checks = json.loads(out.stdout)["targets"]
+    assert len(checks) == 16
+    assert [c for c in checks if not c["met"]] == []

@@ -13,7 +13,9 @@ its bytes over the memory rate and its FLOPs over the compute rate, and the iter
 - ``state`` (a model with linear-attention layers, Gated DeltaNet): each decoding sequence reads and writes its
   fixed-size state once per step, whatever its context;
 - ``decode attention``: each decoding sequence reads its whole KV once per step, and each of its positions does
-  ``4 x layers x hidden`` FLOPs per context token: ``max(kv_s_per_token, pair_s x positions) x context``;
+  ``4 x layers x hidden`` FLOPs per context token: ``max(kv_s_per_token, pair_s x positions) x context``; the KV is
+  read at the attention kernels' own efficiency where it was measured, and each layer's call has a fixed ramp
+  (``attention_fixed_s`` per iteration, every layer);
 - ``prefill attention``: a chunk reads the KV of the prompt before it and its own, and does the pairs' arithmetic
   (causal): ``max(kv_s_per_token x reads, pair_s x pairs)``;
 - ``overhead_s``: scheduling, sampling, launches, per iteration (and ``prompt_token_s`` per prompt token, for an
@@ -59,6 +61,7 @@ class StepCost:
     table_layers: int = 0  # layers the profiled block is repeated over
     allreduce_fixed_s: float = 0.0  # tensor parallel: the all-reduces' latencies per iteration (s)
     allreduce_token_s: float = 0.0  # tensor parallel: the all-reduces' transfer per position (s)
+    attention_fixed_s: float = 0.0  # the attention kernels' fixed ramp per iteration, every layer's call (s)
 
     @classmethod
     def build(cls, *, weights_bytes: float, kv_kib_per_token: float, params_b: float, layers: int, hidden: int,
@@ -66,23 +69,27 @@ class StepCost:
               overhead_s: float, positions_per_step: int = 1,
               experts_s: Callable[[float], float] | None = None, state_kib_per_sequence: float = 0.0,
               linear_table: OperatorTable | None = None, tensor_parallel: int = 1, allreduce_gbps: float = 0.0,
-              allreduce_latency_s: float = 0.0) -> StepCost:
+              allreduce_latency_s: float = 0.0, kv_read_efficiency: float | None = None,
+              attention_call_s: float = 0.0) -> StepCost:
         """From the model's geometry (dense bytes, KiB of KV per token, 1e9 dense parameters, layers, width), the
         card's specs (GB/s, TFLOP/s) and the engine's efficiencies (fractions) and overhead (s); ``linear_table``:
         the linear layers' profiled operators on that card (at that tensor-parallel degree); ``tensor_parallel``
-        cards, their all-reduces at ``allreduce_gbps`` (GB/s) and ``allreduce_latency_s`` each."""
+        cards, their all-reduces at ``allreduce_gbps`` (GB/s) and ``allreduce_latency_s`` each; the attention
+        kernels read KV at ``kv_read_efficiency`` (default: ``memory_efficiency``) and each layer's call takes
+        ``attention_call_s`` besides its bytes."""
         n = tensor_parallel
         memory = memory_efficiency * hbm_gbps * GB * n  # bytes/s, all cards together
+        kv_memory = (kv_read_efficiency or memory_efficiency) * hbm_gbps * GB * n
         compute = compute_efficiency * tflops * 1e12 * n  # FLOP/s
         fixed = token = 0.0
         if n > 1:
             fixed = 2 * layers * allreduce_latency_s
             token = 2 * layers * 2 * (n - 1) / n * hidden * ACTIVATION_BYTES / (allreduce_gbps * GB)
-        return cls(overhead_s, weights_bytes / memory, 2 * params_b * 1e9 / compute, kv_kib_per_token * KIB / memory,
+        return cls(overhead_s, weights_bytes / memory, 2 * params_b * 1e9 / compute, kv_kib_per_token * KIB / kv_memory,
                    4 * layers * hidden / compute, positions_per_step, experts_s=experts_s,
                    state_s=2 * state_kib_per_sequence * KIB / memory, linear_table=linear_table,
                    table_layers=layers if linear_table is not None else 0, allreduce_fixed_s=fixed,
-                   allreduce_token_s=token)
+                   allreduce_token_s=token, attention_fixed_s=layers * attention_call_s)
 
     # --- the operators ---------------------------------------------------------------------------------------
     def linear_s(self, positions: float) -> float:
@@ -120,13 +127,15 @@ class StepCost:
                    + self.decode_attention_s_per_token * context + self.prefill_attention_s(chunk_reads, chunk_pairs))
         if self.state_s:
             seconds += self.state_s * k
+        if self.attention_fixed_s:
+            seconds += self.attention_fixed_s
         return seconds, self.weights_s >= self.token_s * positions
 
     # --- decode runs in closed form --------------------------------------------------------------------------
     def _decode_terms(self, k: int) -> tuple[float, float]:
         """(seconds of a decode iteration of ``k`` sequences outside its attention, attention seconds per token)."""
         positions = k * self.positions_per_step
-        fixed = self.overhead_s + self.linear_s(positions) + self.routed_s(positions)
+        fixed = self.overhead_s + self.linear_s(positions) + self.routed_s(positions) + self.attention_fixed_s
         if self.state_s:
             fixed += self.state_s * k
         return fixed, self.decode_attention_s_per_token

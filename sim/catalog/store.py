@@ -3,7 +3,7 @@ paper DRAM bandwidth of a host; the closest id to a mistyped name.
 
 The files are read with ruamel.yaml's safe loader (YAML 1.2, a repeated key refused) and checked for shape only: a
 map of lowercase ids to maps whose keys are the kind's spec or catalog-only keys, the enumerated ones (matrix_units,
-fp32_basis, isa) among their values. Their numbers are checked by
+fp32_basis, family, isa) among their values. Their numbers are checked by
 ``tests/test_catalog.py``. This module imports nothing of ``sim``, so any layer may use it."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ KINDS: tuple[str, ...] = ("gpus", "hosts", "links")
 # The keys a GPU entry may carry: hardware numbers a scenario's ``gpus.<type>`` section may take, and their provenance
 GPU_SPEC_KEYS: tuple[str, ...] = ("vram_gib", "hbm_gbps", "tflops", "int8_tops", "pcie_max_gen", "pcie_max_lanes",
                                   "board_power_w", "memory", "vendor", "unified", "name", "source", "note",
-                                  "fp32_tflops", "matrix_units")
+                                  "fp32_tflops", "matrix_units", "family")
 # Catalog-only GPU keys (not filled into a scenario): the inputs of a derived FP32 rate, how fp32_tflops was had, and
 # the memory sizes a unified-memory chip is sold with
 GPU_INFO_KEYS: tuple[str, ...] = ("shaders", "boost_mhz", "shader_flop_per_clk", "fp32_basis", "vram_gib_options")
@@ -38,9 +38,12 @@ FILE_KEYS: dict[str, tuple[str, ...]] = {"gpus": GPU_SPEC_KEYS + GPU_INFO_KEYS,
 MATRIX_UNITS: tuple[str, ...] = ("none", "tensor_core", "wmma", "mfma", "xmx", "neural_accelerator")
 ISAS: tuple[str, ...] = ("avx2", "avx512", "neon", "sve2", "rv64gc", "rvv")
 FP32_BASES: tuple[str, ...] = ("vendor", "derived")
+FAMILIES: tuple[str, ...] = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "gcn", "rdna1",
+                             "rdna2", "rdna3", "rdna3.5", "rdna4", "cdna2", "cdna3", "alchemist", "battlemage",
+                             "apple_m1", "apple_m2", "apple_m3", "apple_m4", "apple_m5")
 
 _CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
-    "gpus": {"matrix_units": MATRIX_UNITS, "fp32_basis": FP32_BASES},
+    "gpus": {"matrix_units": MATRIX_UNITS, "fp32_basis": FP32_BASES, "family": FAMILIES},
     "hosts": {"isa": ISAS},
 }
 

@@ -18,6 +18,7 @@ from sim.config.scenario import Scenario, engine_kind
 
 Problem = tuple[str, Any, str]  # (key path, the value found or None, what was expected)
 
+SLOT_POOL_KEYS = frozenset(("num_gpu_blocks_override", "block_size"))  # a scheduler's keys slots may give
 MAX_CHUNKS = 100_000  # chunks per model load: beyond this a load is events without end
 
 
@@ -150,9 +151,11 @@ def _engine(s: Scenario, m: Machine, p: str, e: Engine) -> list[Problem]:
     if spec is not None and spec.moe is not None and e.iteration is not None:
         errs.append((f"{p}.iteration", "...", "no 'iteration' section for an MoE model (its decode step cost is "
                      "under 'step')"))
-    if spec is not None and spec.moe is not None and e.scheduler is not None and not e.batching:
-        errs.append((f"{p}.scheduler", "...", "batching: true beside it (a scheduler batches; slots taking turns "
-                     "have none)"))
+    batching_keys = sorted(e.scheduler.model_fields_set - SLOT_POOL_KEYS) if e.scheduler is not None else []
+    if spec is not None and spec.moe is not None and batching_keys and not e.batching:
+        errs.append((f"{p}.scheduler", "...", f"batching: true beside {', '.join(batching_keys)} (a scheduler "
+                     "batches; slots taking turns have none, only the KV pool of the engine's log: "
+                     "num_gpu_blocks_override and block_size)"))
     if e.slots == "shared" and (e.batching or (spec is not None and spec.moe is None)):
         errs.append((f"{p}.slots", "shared", "split, or no key: only slots taking turns on an MoE engine share or "
                      "split a cache (batched sequences always share it)"))

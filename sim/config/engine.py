@@ -148,6 +148,12 @@ class Iteration(Strict):
         None, gt=0, le=MAX_GIB,
         description="VRAM for KV (GiB). Default: the card's VRAM less other tenants, the weights and "
         "runtime_gib.")
+    kv_read_efficiency: float | None = Field(
+        None, ge=MIN_FRACTION, le=1, description="Share of the card's memory bandwidth the attention kernels read KV "
+        "at (fraction). Default: the card family's fitted value, else memory_efficiency.")
+    attention_call_s: float | None = Field(
+        None, ge=0, le=0.01, description="Fixed time of one layer's attention call per iteration besides its bytes "
+        "(s). Default: the card family's fitted value, else 0.")
     server: Literal["vllm", "sglang"] = Field(
         "vllm", description="The serving engine whose per-iteration overhead applies when overhead_s is left out "
         "(sim.batching.families).")

@@ -129,6 +129,11 @@ class GpuType(Strict):
         "says otherwise.")
     memory: str = Field("", description="Memory technology (GDDR6X, HBM3, LPDDR5X, ...).")
     vendor: str = Field("", description="nvidia, amd, intel or apple.")
+    family: Literal["pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "gcn", "rdna1", "rdna2",
+                    "rdna3", "rdna3.5", "rdna4", "cdna2", "cdna3", "alchemist", "battlemage", "apple_m1", "apple_m2",
+                    "apple_m3", "apple_m4", "apple_m5"] | None = Field(
+        None, description="Architecture family: a dense serving engine's iteration costs left out take its fitted "
+        "values (sim.batching.families).")
     unified: bool = Field(False, description="Unified memory shared with the CPU (Apple M-series, GB10).")
     name: str = Field("", description="Marketing name (catalog).")
     source: str = Field("", description="Where the numbers come from (vendor spec sheet URL).")

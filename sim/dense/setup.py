@@ -80,7 +80,7 @@ def setup_dense(scn: Scenario, machine: str) -> DenseSetup:
                    weights_gib=spec.weights_gib / n, kv_kib_per_token=arch.kv_kib_per_token / n,
                    state_kib_per_sequence=arch.state_kib_per_sequence / n)
     costs = iteration_costs(it.memory_efficiency, it.compute_efficiency, it.overhead_s,
-                            getattr(card, "family", None), it.server)
+                            getattr(card, "family", None), it.server, it.kv_read_efficiency, it.attention_call_s)
     assert card.hbm_gbps is not None and card.tflops is not None
     links = [link_info(scn, m, g).gbps for g in cards]
     table = operator_table(it.operators, n, f"machines.{machine}.engine.iteration.operators") \
@@ -91,7 +91,8 @@ def setup_dense(scn: Scenario, machine: str) -> DenseSetup:
                           compute_efficiency=costs.compute_efficiency, overhead_s=costs.overhead_s,
                           state_kib_per_sequence=arch.state_kib_per_sequence, linear_table=table,
                           tensor_parallel=n, allreduce_gbps=it.allreduce_gbps or min(links),
-                          allreduce_latency_s=it.allreduce_latency_s)
+                          allreduce_latency_s=it.allreduce_latency_s, kv_read_efficiency=costs.kv_read_efficiency,
+                          attention_call_s=costs.attention_call_s)
     swap = arch.kv_kib_per_token / n * KIB / (min(links) * GB)
     used = (tenants + pool.engine_gib) * GIB / MIB
     vram = tuple((g, used, capacity * GIB / MIB) for g in cards)

@@ -12,7 +12,9 @@ What the engines express today, row by row:
 - unified-memory machines (GB10 DGX Spark, Strix Halo): every engine hosts one (:mod:`sim.config.unified`).
   The GB10 vLLM sweeps of Qwen3.6-35B-A3B are expressed (calibration/serving_setups.yaml, :mod:`sim.fidelity.serving`:
   the MoE engine's continuous batching, MTP drafts, the KV and Gated DeltaNet state pool). The Qwen3.8-Flash-Next
-  sweep has no published config. The Strix Halo vLLM / llama-server rows state no request lengths.
+  sweep has no published config. The Strix Halo vLLM FP16 rows run on the dense batching engine at their mean
+  lengths (derived from the source's totals), with the card family's efficiencies (RDNA 3.5 has no kernel profile:
+  the nearest fitted family's are carried); its W8A8, GPTQ and llama-server rows are not expressed.
   ``unified_memory_concurrency.csv``'s llama-batched-bench rows belong to the llama.cpp domain.
 - LCPP20586-4090 (llama-bench pp512 against batch size on an RTX 4090) belongs to the llama.cpp domain.
 
@@ -35,8 +37,8 @@ from sim.fidelity.tables import read_csv
 
 TABLES = ("concurrency.csv", "unified_memory_concurrency.csv")
 PUBLIC = Path(__file__).resolve().parents[2] / "calibration" / "public"
-UNIFIED = ("unified-memory machine ({what}): not set up in calibration/serving_setups.yaml (the Strix Halo sweeps "
-           "send ShareGPT prompts whose lengths are not given; Qwen3.8-Flash-Next has no published config)")
+UNIFIED = ("unified-memory machine ({what}): not set up in calibration/serving_setups.yaml (Qwen3.8-Flash-Next has "
+           "no published config)")
 BATCHED = "llama.cpp domain: llama-batched-bench's S_PP and S_TG, predicted by the llama.cpp engine's batched steps"
 TENSOR_PARALLEL = ("tensor-parallel across {n} GPUs ({tp}): no engine models tensor parallelism (the batching engine "
                    "serves one GPU; the MoE engine's peers hold expert copies and its layer_split divides layers, not "
@@ -76,8 +78,9 @@ def why_excluded(r: dict[str, str]) -> str:
 
 
 class ConcurrencyDomain:
-    """Throughput, TTFT and TPOT under load: the rows calibration/serving_setups.yaml maps run by the MoE engine
-    (:mod:`sim.fidelity.serving`), every other row excluded with its reason (see the module docstring).
+    """Throughput, TTFT and TPOT under load: the rows calibration/serving_setups.yaml maps run by the MoE or the
+    dense batching engine (:mod:`sim.fidelity.serving`), every other row excluded with its reason (see the module
+    docstring).
 
     ``public``: the folder of the public tables (the project folder is the one above ``calibration/``)."""
 

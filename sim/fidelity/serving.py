@@ -5,7 +5,8 @@ row's clients, requests and lengths, against its throughput, TTFT and TPOT.
 the engine's settings as the source states them). A row is a closed loop of ``concurrency`` clients with no think
 time sending ``num_requests`` requests of ``input_tokens`` prompt and ``output_tokens`` generated tokens, which is
 how ``vllm bench serve --max-concurrency`` runs. It is predicted with the MoE engine's continuous batching
-(:mod:`sim.moe`) at its package step costs.
+(:mod:`sim.moe`) at its package step costs, or a dense model with the dense batching engine (:mod:`sim.dense`) at its
+card family's fitted efficiencies and vLLM's overhead (:mod:`sim.batching.families`).
 
 The one parameter fitted is shared: the acceptance of multi-token-prediction drafts where a source runs MTP without
 reporting it. It is the median acceptance that makes the training rows' throughput right. A fit with no such row
@@ -32,6 +33,7 @@ MTP_ACCEPTANCE_PRIOR = 0.6375  # the Strata engine's MTP acceptance, 63.5-64.0% 
 QUANTITIES = (("output_tok_s", "throughput_tok_s", "tok/s", 1.0), ("ttft_mean_ms", "ttft_mean_s", "ms", 1000.0),
               ("tpot_mean_ms", "tpot_mean_s", "ms", 1000.0))
 RUNTIME_GIB = 2.0  # assumed: CUDA graphs, activations and buffers of a vLLM engine beside its KV pool
+DENSE_MAX_NUM_SEQS = 256  # vLLM's max_num_seqs default before its V1 engine, when a source does not state it
 SEED = 0
 
 
@@ -71,10 +73,20 @@ def read_setups(root: str) -> tuple[dict[str, Any], dict[str, str]]:
     return setups, index
 
 
-def row_of(r: dict[str, str]) -> Row | str:
-    """The run of one table row, or why its lengths or load are not stated."""
+def row_of(r: dict[str, str], setup: dict[str, Any] | None = None) -> Row | str:
+    """The run of one table row, or why its lengths or load are not stated. A setup's ``lengths`` derive the mean
+    lengths of a row that states none: its source's total input tokens over its requests, and its output rate times
+    its duration over its requests (tokens)."""
     clients, requests = _int(r.get("concurrency", "")), _int(r.get("num_requests", ""))
     prompt, output = _int(r.get("input_tokens", "")), _int(r.get("output_tokens", ""))
+    derive = (setup or {}).get("lengths")
+    if derive and requests and not (prompt and output):
+        total = float(derive["prompt_tokens_total"])
+        prompt = int(round(total / requests))
+        try:
+            output = int(round(float(r.get("output_tok_s", "")) * float(r.get("t_total_s", "")) / requests))
+        except ValueError:
+            output = None
     if not (clients and requests and prompt and output):
         return "concurrency, num_requests, input_tokens or output_tokens not stated"
     return Row(r["setup_id"], clients, requests, prompt, output)
@@ -91,6 +103,8 @@ def scenario_dict(root: str, setup: dict[str, Any], index: dict[str, str], row: 
                             f"no published config of {setup['model']} ({MODELS})")
     path = os.path.join(root, "calibration", "models", file)
     fields = model_file_fields(path, setup.get("quant"))
+    if setup.get("engine") == "dense":
+        return _dense_scenario(path, setup, fields, row)
     moe = dict(fields["moe"])
     if setup.get("kv_bytes"):
         moe["kv_kib_per_token"] = moe["kv_kib_per_token"] * float(setup["kv_bytes"]) / 2.0
@@ -109,6 +123,28 @@ def scenario_dict(root: str, setup: dict[str, Any], index: dict[str, str], row: 
             "engine": {"model": "m", "gpu": "gpu0", "expert_cache": "auto", "batching": True, "parallel": seqs,
                        "runtime_gib": RUNTIME_GIB, "power": {"busy_w": 100.0, "idle_w": 10.0},
                        "scheduler": scheduler}}},
+        "serve": {"machine": "box", "requests": row.requests, "prompt_tokens": row.prompt,
+                  "output_tokens_min": row.output, "output_tokens_max": row.output,
+                  "workload": {"kind": "closed", "clients": row.clients, "think_s": 0}},
+    }
+
+
+def _dense_scenario(path: str, setup: dict[str, Any], fields: dict[str, Any], row: Row) -> dict[str, Any]:
+    """A row of a dense model on the dense batching engine, its iteration costs left to the card's family."""
+    dense = dict(fields["dense"])
+    if setup.get("kv_bytes"):
+        dense["kv_kib_per_token"] = dense["kv_kib_per_token"] * float(setup["kv_bytes"]) / 2.0
+    m = setup["machine"]
+    scheduler = dict(setup.get("scheduler") or {})
+    seqs = int(scheduler.get("max_num_seqs") or DENSE_MAX_NUM_SEQS)
+    return {
+        "name": f"serving-{row.setup}",
+        "models": {"m": {"file": path, "quant": setup.get("quant"), "dense": dense}},
+        "machines": {"box": {
+            "host": {"type": m["host"], "ram_gib": m.get("ram_gib")},
+            "gpus": {"gpu0": {"type": m["gpu"]}},
+            "engine": {"model": "m", "gpu": "gpu0", "parallel": seqs, "runtime_gib": RUNTIME_GIB,
+                       "iteration": {"server": "vllm"}, "scheduler": scheduler}}},
         "serve": {"machine": "box", "requests": row.requests, "prompt_tokens": row.prompt,
                   "output_tokens_min": row.output, "output_tokens_max": row.output,
                   "workload": {"kind": "closed", "clients": row.clients, "think_s": 0}},
@@ -151,7 +187,10 @@ class ServingRows:
             return [], ""
         if setup["model"] not in self.index:
             return [], f"no published config of {setup['model']} ({MODELS})"
-        row = row_of(r)
+        wanted = setup.get("rows") or {}
+        if any(r.get(k, "") != v for k, v in wanted.items()):
+            return [], f"not this setup's rows ({SETUPS}): {setup.get('rows_reason', 'another engine or model')}"
+        row = row_of(r, setup)
         if isinstance(row, str):
             return [], row
         out = []
@@ -217,6 +256,8 @@ class ServingRows:
                 continue
             metric, scale = next((m, s) for q, m, _, s in QUANTITIES if q == o.quantity)
             value = got.get(metric, float("nan")) * scale
-            out.append(Prediction(value, f"MTP acceptance {fitted.mtp_acceptance:.1%}; moe engine, "
-                                  f"{o.key.clients} clients"))
+            engine = self.setups[o.key.setup].get("engine", "moe")
+            mtp = f"MTP acceptance {fitted.mtp_acceptance:.1%}; " if self.setups[o.key.setup].get("mtp_tokens") else ""
+            out.append(Prediction(value, f"{mtp}{engine} engine, {o.key.clients} clients, {o.key.prompt} in / "
+                                  f"{o.key.output} out"))
         return out

@@ -146,3 +146,16 @@ def test_ramp_spreads_the_first_requests():
         if "client" in cols else sorted(cols["sent_s"])[:4]
     assert first == pytest.approx([0.0, 3.0, 6.0, 9.0])
     assert all(math.isfinite(x) for x in cols["ttft_s"])
+
+
+def test_capacity_from_catalog_names_and_a_model_config_only(tmp_path):
+    """The lab's question with nothing hand-written: a vLLM command line on a catalog A100, then its capacity."""
+    path = str(tmp_path / "lab.yaml")
+    res = CliRunner().invoke(main, ["vllm", "vllm serve meta-llama/Llama-3.1-8B-Instruct", "--gpu", "a100_80gb_sxm",
+                                    "--rate", "4", "--requests", "400", "--write", path, "--no-run"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["capacity", path, "--goal", "ttft_p99<1s", "--goal", "tpot_p99<50ms", "--seeds",
+                                    "2", "--rtol", "0.05", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["bounded"] and d["capacity"] > 1 and d["low"] <= d["capacity"] <= d["high"]

@@ -162,3 +162,12 @@ def test_vidur_reference_workload_within_its_targets():
     checks = json.loads(out.stdout)["targets"]
     assert len(checks) == 16
     assert [c for c in checks if not c["met"]] == []
+
+
+def test_shipped_profiles_are_found_for_their_card_and_geometry():
+    from sim.batching.operators import profile_for
+
+    assert profile_for("a100_80gb_sxm", 32, 4096, 128.0).endswith("llama3_8b_mlp_ops.csv")
+    assert profile_for("a100_80gb_sxm", 32, 4096, 128.0, tensor_parallel=4) is not None
+    assert profile_for("a100_80gb_sxm", 32, 4096, 512.0, tensor_parallel=2) is None  # Llama-2-7B: TP 1 only
+    assert profile_for("rtx4090", 32, 4096, 128.0) is None and profile_for("a100_80gb_sxm", 40, 5120, 160.0) is None

@@ -110,3 +110,29 @@ def _value(row: dict, name: str, path: str, high: float, zero: bool = False) -> 
         raise ScenarioError(path, f"row {line}.{name}", f"bad value {raw!r}: expected a number "
                             f"{'0' if zero else 'above 0'} to {high:g}")
     return value
+
+
+# The profiles shipped in calibration/ (a source checkout): which cards and which model geometry each was measured
+# for, so a scenario built from catalog names can use the measured times where they exist. (file, catalog GPU ids,
+# (layers, hidden, KiB of KV per token at 2 bytes a value))
+PROFILES: tuple[tuple[str, tuple[str, ...], tuple[int, int, float]], ...] = (
+    ("vidur_a100/llama3_8b_mlp_ops.csv", ("a100_80gb_sxm", "a100_80gb_pcie"), (32, 4096, 128.0)),
+    ("vidur_a100/llama2_7b_tp1_mlp_ops.csv", ("a100_80gb_sxm", "a100_80gb_pcie"), (32, 4096, 512.0)),
+    ("vidur_h100/llama2_7b_tp1_mlp_ops.csv", ("h100_sxm",), (32, 4096, 512.0)),
+)
+CALIBRATION = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           "calibration")
+
+
+def profile_for(gpu: str, layers: int, hidden: int, kv_kib_per_token: float, tensor_parallel: int = 1) -> str | None:
+    """The shipped operator profile measured on catalog card ``gpu`` for a model of this geometry (16-bit weights)
+    at this tensor-parallel degree, or None (none shipped, or not in this installation)."""
+    for file, gpus, geometry in PROFILES:
+        path = os.path.join(CALIBRATION, file)
+        if gpu in gpus and geometry == (layers, hidden, kv_kib_per_token) and os.path.exists(path):
+            try:
+                operator_table(path, tensor_parallel)
+            except ScenarioError:
+                continue
+            return path
+    return None

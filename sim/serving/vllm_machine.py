@@ -275,6 +275,7 @@ def _scheduler(cmd: ServingCommand, r: Resolved) -> dict[str, Any]:
 
 def _scenario(cmd: ServingCommand, r: Resolved, card: dict[str, Any], gpu: str, gpus: int, host: str | None,
               key: str, fields: dict[str, Any], workload: Workload, seed: int | None, line: str) -> dict[str, Any]:
+    from sim.batching.operators import profile_for
     from sim.fidelity.serving import RUNTIME_GIB
 
     s = r.values
@@ -291,6 +292,13 @@ def _scenario(cmd: ServingCommand, r: Resolved, card: dict[str, Any], gpu: str, 
     engine |= {"runtime_gib": runtime, "iteration": {"server": cmd.engine}, "scheduler": _scheduler(cmd, r)}
     if s.get("kv_cache_memory_bytes"):
         engine["iteration"]["kv_pool_gib"] = float(f"{int(s['kv_cache_memory_bytes']) / 2**30:.6g}")
+    dense = fields.get("dense") or {}
+    per_param = float(fields.get("weights_gib", 0)) * 2**30 / max(float(dense.get("params_b", 0)) * 1e9, 1.0)
+    if 1.9 < per_param < 2.1:  # 16-bit weights, as the profiles were measured (the KV geometry checks the KV's)
+        profile = profile_for(gpu, int(dense.get("layers", 0)), int(dense.get("hidden", 0)),
+                              float(dense.get("kv_kib_per_token", 0)), int(s.get("tensor_parallel", 1)))
+        if profile is not None:  # the linear layers as measured on this card for this model
+            engine["iteration"]["operators"] = profile
     machine["engine"] = engine
     load: dict[str, Any] = {"kind": "closed", "clients": workload.clients, "think_s": 0} if workload.clients else \
         {"kind": "open", "rate_per_s": workload.rate_per_s, "arrival_law": "poisson"}

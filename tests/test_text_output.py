@@ -51,7 +51,8 @@ def test_time_unit_is_one_for_a_group():
 
 def test_wrap_keeps_the_words_and_the_width():
     line = "  workload: open loop, poisson arrivals at 1/s, 10,000 requests of lengths from " \
-        "scenarios/traces/arxiv_summarization_lengths.csv, at most 4,096 tokens; 128 decode slots, unbounded FIFO"
+        "scenarios/traces/arxiv_summarization_lengths.csv, at most 4,096 tokens; into the batch while fewer than " \
+        "max_num_seqs run, unbounded FIFO"
     parts = wrap(line, 80)
     assert len(parts) > 1 and all(len(p) <= 80 for p in parts)
     assert " ".join(p.strip() for p in parts).split() == line.split()
@@ -109,6 +110,31 @@ def test_no_drafts_means_no_speculative_decoding():
     assert "no speculative decoding" in none and "drafts at" not in none and "0.0% acceptance" not in none
     one = base.set("models.moe125b.moe.draft.tokens", 1).run(seed=0).text
     assert "1 draft at 63.7% acceptance" in one
+
+
+@pytest.mark.parametrize("path, limits", [
+    (DENSE, "max_num_seqs 128, max_num_batched_tokens 512"),
+    (os.path.join(ROOT, "scenarios", "dgx_spark_vllm_qwen3_6.yaml"), "max_num_seqs 24, max_num_batched_tokens 32,768"),
+], ids=["dense", "moe batching"])
+def test_a_batching_engine_reads_as_a_batch_not_as_decode_slots(path, limits):
+    """Its limits (max_num_seqs, the token budget), running and queued sequences (mean, peak), the KV pool (GiB,
+    tokens) and its use, preemptions and swaps; never decode slots, which it has none of."""
+    run = sim.load(path, {"serve.requests": 200}).run(seed=0)
+    text, m = run.text, run.metrics
+    assert f"  batch limits: {limits} (tokens an iteration)\n" in text
+    assert (f"  running sequences (the batch): mean {m['running_mean']:.1f}, peak {m['running_peak']:,.0f}; "
+            f"queued requests: mean {m['queued_mean']:.1f}, peak {m['queued_peak']:,.0f}\n") in text
+    assert (f"  KV pool {m['kv_pool_gib']:.2f} GiB ({m['kv_pool_tokens']:,.0f} tokens): use mean "
+            f"{m['kv_mean_share']:.1%}, peak {m['kv_peak_share']:.1%}; {int(m['kv_preemptions'])} preemption") in text
+    assert re.search(r"\d+ preemptions?, \d+ swaps?\n", text)
+    assert "decode slot" not in text and "admission: into the batch while fewer than max_num_seqs run" in text
+    assert 1 <= m["running_peak"] <= int(limits.split()[1].rstrip(",")) and m["running_mean"] <= m["running_peak"]
+    assert widest(text) <= WIDTH
+
+
+def test_slots_taking_turns_keep_their_decode_slots():
+    text = sim.load(CONCURRENCY, {"serve.requests": 80}).run(seed=0).text
+    assert "admission: 1 decode slot (" in text and "batch limits" not in text and "running sequences" not in text
 
 
 def test_dense_text_is_in_one_unit_per_quantity_and_fits():

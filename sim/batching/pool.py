@@ -103,12 +103,19 @@ def max_num_seqs(e: Engine) -> int:
     return sc.max_num_seqs if sc is not None and sc.max_num_seqs is not None else e.parallel
 
 
+def token_budget(e: Engine) -> int:
+    """Tokens one iteration processes at most: ``scheduler.max_num_batched_tokens``, else
+    ``iteration.token_budget``, else 512."""
+    sc = e.scheduler
+    if sc is not None and sc.max_num_batched_tokens is not None:
+        return sc.max_num_batched_tokens
+    return e.iteration.token_budget if e.iteration is not None else 512
+
+
 def scheduler_for(e: Engine, pool: Pool, swap_s_per_token: float) -> Scheduler:
     """The scheduler of engine ``e`` over ``pool``; a swapped token's KV costs ``swap_s_per_token`` each way."""
     sc = e.scheduler
-    budget = e.iteration.token_budget if e.iteration is not None else 512
-    if sc is not None and sc.max_num_batched_tokens is not None:
-        budget = sc.max_num_batched_tokens
+    budget = token_budget(e)
     if sc is None:
         return Scheduler(budget, pool.tokens, swap_s_per_token=swap_s_per_token)
     return Scheduler(budget, pool.tokens, chunked_prefill=sc.enable_chunked_prefill,

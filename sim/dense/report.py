@@ -1,8 +1,9 @@
-"""``sim run``'s text about a dense engine: VRAM and the KV pool, the iteration roofline, decode rates and time per
-output token, batch and KV use, preemptions, and the load."""
+"""``sim run``'s text about a dense engine: its batch limits, VRAM and the KV pool, the iteration roofline, decode rates
+and time per output token, running and queued sequences, KV use, preemptions, and the load."""
 
 from __future__ import annotations
 
+from sim.batching.report import admission_phrase, batch_lines, limits_line
 from sim.config.scenario import Scenario
 from sim.core.text import plural
 from sim.dense.setup import DenseSetup
@@ -11,15 +12,15 @@ from sim.serving.report import load_lines
 
 
 def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float]) -> list[str]:
-    """A dense model under continuous batching: VRAM and KV pool, the roofline, rates, batch and KV use. The parts of
-    an iteration and the time per output token are in ms."""
+    """A dense model under continuous batching: its batch limits, VRAM and KV pool, the roofline, rates, running and
+    queued sequences, KV use and preemptions. The parts of an iteration and the time per output token are in ms."""
     eng: DenseSetup = run.setup
     e, c = eng.spec, eng.cost
     card = scn.gpus[scn.machines[eng.machine].gpus[e.gpu].type]
     costs = eng.costs
     assert costs is not None
     out = ["", f"Serving {eng.model} (dense) on {eng.machine} ({e.gpu}), continuous batching with chunked prefill",
-           f"  batches of up to {plural(e.parallel, 'sequence')} and {eng.token_budget:,} tokens an iteration",
+           limits_line(e),
            f"  VRAM {card.vram_gib:.2f} GiB{' per card' if eng.tensor_parallel > 1 else ''} = other tenants "
            f"{eng.tenants_gib:.2f} + weights {eng.weights_gib / eng.tensor_parallel:.2f} + "
            f"runtime {e.runtime_gib:.2f} + KV pool {eng.kv_pool_gib:.2f} GiB ({eng.kv_pool_tokens:,} tokens)",
@@ -37,9 +38,8 @@ def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float]) -> list[str]
                 f"p99 {m.get('tpot_p99_s', 0) * 1e3:.1f} ms"]
     out += [f"  {plural(int(m['iterations']), 'iteration')}: {m['memory_bound_share']:.0%} bound by memory reads, "
             f"{m['prefill_iteration_share']:.0%} carrying prefill; mean batch {m['batch_mean']:.1f} sequences",
-            f"  KV use mean {m['kv_mean_share']:.1%}, peak {m['kv_peak_share']:.1%} of the pool; "
-            f"{plural(int(m['kv_preemptions']), 'preemption')}"]
-    return out + load_lines(scn, m, e.parallel, eng.vram)
+            *batch_lines(m)]
+    return out + load_lines(scn, m, e.parallel, eng.vram, batch=admission_phrase(e))
 
 
 def cost_lines(eng: DenseSetup) -> list[str]:

@@ -12,6 +12,7 @@ from functools import partial
 
 import numpy as np
 
+from sim.batching.admission import ReservingBatchingServer, log_pool_tokens, sequence_tokens
 from sim.batching.metrics import batching_metrics
 from sim.batching.pool import max_num_seqs
 from sim.batching.server import BatchingServer
@@ -34,14 +35,20 @@ def _serve_table(setup: DenseSetup, table: RequestTable, max_tokens: int | None,
     zeros = np.zeros(n)
     work = Work(zeros, zeros, total_s=zeros, output_tokens=out, capped=out < table.output_tokens,
                 telemetry={"decode_s": np.zeros(n)})
-    server = partial(BatchingServer, cost=setup.cost, sched=setup.scheduler, prompt=table.prompt_tokens,
-                     cached=table.cached_tokens, exact=exact)
+    booking = {}
+    factory: type[BatchingServer] = BatchingServer
+    if log_pool_tokens(setup.spec) is not None:  # the pool of the engine's log: whole sequences booked at admission
+        factory = ReservingBatchingServer
+        booking = {"kv_pool_tokens": setup.kv_pool_tokens, "kv_sequence": sequence_tokens(table.prompt_tokens, out)}
+    server = partial(factory, cost=setup.cost, sched=setup.scheduler, prompt=table.prompt_tokens,
+                     cached=table.cached_tokens, exact=exact, **booking)
     tl, eng = run_queue(table, work, spec, rng, server)
     share = np.asarray(eng.share_s)  # GPU seconds: each iteration's time divided among its sequences
     sums = {"decode_s": work.telemetry["decode_s"], "compute_s": share}
     requests = ServedRequests.of_run(table, tl, output_tokens=out, prefill_s=np.asarray(eng.prefill_s), sums=sums,
                                      decode_gpu_s=share)
-    return ServeRun(setup, requests, tl, dict(eng.stats))
+    memo = {"kv_booked_peak_tokens": eng.kv_booked_peak} if booking else {}
+    return ServeRun(setup, requests, tl, dict(eng.stats), memo=memo)
 
 
 def serve_dense(scn: Scenario, rng: np.random.Generator, exact: bool = False) -> ServeRun:
@@ -94,6 +101,8 @@ def dense_metrics(run: ServeRun) -> dict[str, float]:
     r = recs.subset(recs.served)
     span = tl.makespan_s
     out |= {"kv_pool_gib": setup.kv_pool_gib} | batching_metrics(stats, setup.kv_pool_tokens, recs, tl)
+    if "kv_booked_peak_tokens" in run.memo:  # the pool's admission rule (sim.batching.admission)
+        out["kv_booked_peak_share"] = run.memo["kv_booked_peak_tokens"] / setup.kv_pool_tokens
     if len(r):
         tokens = int(r.output_tokens.sum())
         decode_wall = float(r.decode_s.sum())

@@ -1,8 +1,11 @@
 """``sim run``'s text about an MoE engine: VRAM arithmetic, the expert cache, decode rate, hit rate and spill, where
-decode time goes, tiers below VRAM, energy, the load, and decode by request spill share and hit rate."""
+decode time goes, tiers below VRAM, energy, the load, and decode by request spill share and hit rate. Batching, its
+batch limits, running and queued sequences and KV pool (:mod:`sim.batching.report`), and what a request waits for in
+a batch's words; taking turns, its decode slots."""
 
 from __future__ import annotations
 
+from sim.batching.report import admission_phrase, batch_lines, limits_line
 from sim.config.links import link_info
 from sim.config.scenario import Scenario
 from sim.core.text import plural, table
@@ -28,6 +31,8 @@ def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float], buckets: lis
            f"  expert cache {eng.expert_slots:,} of {moe.layers * moe.experts_per_layer:,} slots "
            f"({eng.cache_gib:.2f} GiB, coverage {eng.coverage:.1%}); {moe.top_k * moe.layers:,} lookups per token, "
            f"{drafts}"]
+    if e.batching:
+        out.append(limits_line(e))
     if m.get("requests"):
         n = int(m["requests"])
         out += [f"  {plural(n, 'request')} served, {m['output_tokens'] / n:,.0f} tokens"
@@ -42,6 +47,13 @@ def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float], buckets: lis
                    if "energy_j_per_token" in m else "")]
     else:
         out.append("  no request served")
+    if e.batching:
+        out += batch_lines(m)
+    elif "kv_pool_tokens" in m:  # slots under the pool of the engine's log (sim.batching.admission)
+        out.append(f"  KV pool {m['kv_pool_gib']:.2f} GiB ({m['kv_pool_tokens']:,.0f} tokens, the engine's log): a "
+                   f"request takes a slot while the pool holds its whole sequence (booked at most "
+                   f"{m['kv_booked_peak_share']:.1%}); running mean {m['running_mean']:.1f}, peak "
+                   f"{m['running_peak']:,.0f}; queued mean {m['queued_mean']:.1f}, peak {m['queued_peak']:,.0f}")
     if eng.peers or eng.host_experts is not None:
         reqs = run.requests
         lookups = int(reqs.lookups.sum()) or 1
@@ -57,7 +69,7 @@ def report_lines(scn: Scenario, run: ServeRun, m: dict[str, float], buckets: lis
                f"expert, {cpu}; link: {p.link_share:.0%} of {p.link_gbps:.1f} GB/s for expert reads")
     out += default_lines(scn, eng)
     out += load_lines(scn, m, sequences=e.parallel, vram=eng.vram, each=plural(eng.slots_per_sequence, "expert"),
-                      paged=eng.peer_paged)
+                      paged=eng.peer_paged, batch=admission_phrase(e) if e.batching else None)
     return out + bucket_lines(buckets)
 
 

@@ -15,12 +15,13 @@ from functools import partial
 
 import numpy as np
 
+from sim.batching.admission import ReservingBatchingServer, ReservingSlotServer, log_pool_tokens, sequence_tokens
 from sim.batching.metrics import batching_metrics
 from sim.batching.pool import max_num_seqs, moe_kv_pool, scheduler_for
 from sim.batching.server import BatchingServer
 from sim.config.scenario import Scenario
 from sim.core.output import Table
-from sim.core.units import GB, KIB
+from sim.core.units import GB, GIB, KIB
 from sim.moe.batch_cost import TALLY, moe_step_cost
 from sim.moe.decode_batch import decode_many, engine_step_law, steps_needed
 from sim.moe.expert_counts import draws_per_step
@@ -98,8 +99,16 @@ class MoeEngine:
         if eng.spec.batching:
             return serve_batched(eng, table, sv.max_tokens, QueueSpec.of(sv, max_num_seqs(eng.spec)), rng)
         work = request_work(eng, table, sv.max_tokens, rng, sv.fidelity)
-        tl, _ = run_queue(table, work, QueueSpec.of(sv, eng.spec.parallel), rng)
-        return ServeRun(eng, _served(eng, table, work, tl, eng.spec.parallel > 1), tl)
+        pool = log_pool_tokens(eng.spec)
+        if pool is None:  # slots with their own context each (llama.cpp's -np): no pool beyond the slots
+            tl, _ = run_queue(table, work, QueueSpec.of(sv, eng.spec.parallel), rng)
+            return ServeRun(eng, _served(eng, table, work, tl, eng.spec.parallel > 1), tl)
+        server = partial(ReservingSlotServer, kv_pool_tokens=pool,
+                         kv_sequence=sequence_tokens(table.prompt_tokens, work.output_tokens))
+        tl, srv = run_queue(table, work, QueueSpec.of(sv, eng.spec.parallel), rng, server)
+        memo = {"kv_pool_tokens": pool, "kv_pool_gib": pool * (eng.moe.kv_kib_per_token or 0.0) * KIB / GIB,
+                "kv_booked_peak_tokens": srv.kv_booked_peak}
+        return ServeRun(eng, _served(eng, table, work, tl, eng.spec.parallel > 1), tl, memo=memo)
 
     def replay(self, scn: Scenario, table: RequestTable, rng: np.random.Generator) -> ServeRun:
         """One request after another, one decode slot, every lookup's law by counts; no cap on lengths."""
@@ -113,6 +122,11 @@ class MoeEngine:
         out = serve_metrics(run.setup, run.requests, run.timeline)
         if run.counters:  # continuous batching: the pool, the batch, preemptions, time per output token
             out |= batching_metrics(run.counters, int(run.memo["kv_pool_tokens"]), run.requests, run.timeline)
+            out["kv_pool_gib"] = run.memo["kv_pool_gib"]
+        elif "kv_pool_tokens" in run.memo:  # slots under the pool of the engine's log
+            out |= {"kv_pool_tokens": float(run.memo["kv_pool_tokens"]), "kv_pool_gib": run.memo["kv_pool_gib"]}
+        if "kv_booked_peak_tokens" in run.memo:  # the pool's admission rule (sim.batching.admission)
+            out["kv_booked_peak_share"] = run.memo["kv_booked_peak_tokens"] / run.memo["kv_pool_tokens"]
         return out
 
     def tables(self, run: ServeRun) -> dict[str, Table]:
@@ -144,8 +158,13 @@ def serve_batched(eng: EngineSetup, table: RequestTable, max_tokens: int | None,
     n = len(table)
     work = Work(np.zeros(n), np.zeros(n), total_s=np.zeros(n), output_tokens=out, capped=out < table.output_tokens,
                 telemetry={"decode_s": np.zeros(n)})
-    server = partial(BatchingServer, cost=cost, sched=sched, prompt=table.prompt_tokens,
-                     cached=table.cached_tokens, steps=steps)
+    booking = {}
+    factory: type[BatchingServer] = BatchingServer
+    if log_pool_tokens(e) is not None:  # the pool of the engine's log: whole sequences booked at admission
+        factory = ReservingBatchingServer
+        booking = {"kv_pool_tokens": pool.tokens, "kv_sequence": sequence_tokens(table.prompt_tokens, out)}
+    server = partial(factory, cost=cost, sched=sched, prompt=table.prompt_tokens, cached=table.cached_tokens,
+                     steps=steps, **booking)
     tl, srv = run_queue(table, work, spec, rng, server)
     stats = dict(srv.stats)
     share_s = np.asarray(srv.share_s)
@@ -164,7 +183,10 @@ def serve_batched(eng: EngineSetup, table: RequestTable, max_tokens: int | None,
     sums = {k: d[k] for k in SUM_NAMES}
     requests = ServedRequests.of_run(table, tl, output_tokens=out, prefill_s=np.asarray(srv.prefill_s), sums=sums,
                                      decode_gpu_s=share_s)
-    return ServeRun(eng, requests, tl, stats, memo={"kv_pool_tokens": pool.tokens})
+    memo = {"kv_pool_tokens": pool.tokens, "kv_pool_gib": pool.gib}
+    if booking:
+        memo["kv_booked_peak_tokens"] = srv.kv_booked_peak
+    return ServeRun(eng, requests, tl, stats, memo=memo)
 
 
 def batch_lookups(eng: EngineSetup, steps: np.ndarray, d: dict[str, np.ndarray], rng: np.random.Generator) -> None:

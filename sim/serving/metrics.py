@@ -28,8 +28,9 @@ def share(part: float, whole: float) -> float:
 
 
 def load_metrics(recs, tl: Timeline, vram: VramRows) -> dict[str, float]:
-    """Throughput, TTFT, queueing and admission over the whole run; VRAM per GPU. Little's law check: the
-    time-averaged number of requests in the engine (integrated over the run) against arrival rate x mean time in it."""
+    """Throughput, TTFT, queueing and admission over the whole run; running and queued requests (time averages and
+    peaks, requests); VRAM per GPU. Little's law check: the time-averaged number of requests in the engine (integrated
+    over the run) against arrival rate x mean time in it."""
     reqs = as_served(recs)
     c = reqs.columns
     served = reqs.served
@@ -54,6 +55,12 @@ def load_metrics(recs, tl: Timeline, vram: VramRows) -> dict[str, float]:
         "queue_peak": float(tl.peak_queue),
         "gpu_active_share": share(tl.busy_s, span),
         "slots_active_mean": tl.active_area / span if span > 0 else float("nan"),
+        # requests holding a place (a decode slot, or a running sequence of a batch) and requests waiting for one:
+        # time averages over the run and the most at once
+        "running_mean": tl.active_area / span if span > 0 else 0.0,
+        "running_peak": float(tl.peak_active),
+        "queued_mean": max(tl.in_system_area - tl.active_area, 0.0) / span if span > 0 else 0.0,
+        "queued_peak": float(max(tl.peak_queue, tl.peak_waiting)),
         "prefill_tok_s": new_tokens / prefill if prefill > 0 else float("nan"),
     }
     if ttft.size:

@@ -77,6 +77,8 @@ class Timeline:
     makespan_s: float = 0.0
     peak_queue: int = 0
     active_area: float = 0.0  # integral of the active requests over time
+    peak_active: int = 0  # most requests active (holding a place: a decode slot, a batch's sequence) at once
+    peak_waiting: int = 0  # most requests waiting at once, preempted ones back in the queue included
 
     @classmethod
     def empty(cls, n: int) -> Timeline:
@@ -113,6 +115,7 @@ class Server:
                 self.tl.active_area += dt * k
             self.tl.in_system_area += dt * self.in_system
         self.last = now
+        self.tl.peak_waiting = max(self.tl.peak_waiting, len(self.queue))  # a preempted request rejoins it too
 
     def arrive(self, i: int) -> None:
         self._account()
@@ -158,6 +161,7 @@ class Server:
         if self.tl.start_s[i] != self.tl.start_s[i]:
             self.tl.start_s[i] = self.env.now
         self.active[i] = 0.0
+        self.tl.peak_active = max(self.tl.peak_active, len(self.active))
 
     def _complete(self, i: int) -> None:
         """Active request ``i`` has all its tokens."""

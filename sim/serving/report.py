@@ -33,17 +33,19 @@ def workload_text(scn: Scenario) -> str:
 
 
 def load_lines(scn: Scenario, m: dict[str, float], sequences: int, vram: VramRows, each: str = "",
-               paged: tuple[bool, ...] = ()) -> list[str]:
-    """The server under load: workload, admission, throughput, TTFT, queue, VRAM per GPU. ``each``: what every
-    decode slot has (its share of a cache, e.g. ``"5,785 experts"``); ``paged``: per GPU after the engine's own,
-    whether the driver pages it."""
+               paged: tuple[bool, ...] = (), batch: str | None = None) -> list[str]:
+    """The server under load: workload, admission, throughput, TTFT, queue, VRAM per GPU. ``sequences`` decode
+    slots, each with ``each`` (its share of a cache, e.g. ``"5,785 experts"``), or for a batching engine ``batch``:
+    what a request waits for to join the batch (its limits are the engine's own lines, not slots); ``paged``: per
+    GPU after the engine's own, whether the driver pages it."""
     sv = scn.serve
     assert sv is not None
     adm = sv.admission
     admission = "unbounded FIFO queue" if adm.queue_limit is None and adm.timeout_s is None else (
         f"queue limit {adm.queue_limit if adm.queue_limit is not None else 'none'}, timeout "
         + (f"{adm.timeout_s:g} s" if adm.timeout_s is not None else "none"))
-    slots = plural(sequences, "decode slot") + (f" ({each}{' each' if sequences > 1 else ''})" if each else "")
+    slots = batch if batch is not None else \
+        plural(sequences, "decode slot") + (f" ({each}{' each' if sequences > 1 else ''})" if each else "")
     out = [f"  workload: {workload_text(scn)}",
            f"  admission: {slots}, {admission}",
            f"  {plural(int(m['requests_completed']), 'request')} completed, {int(m['requests_rejected']):,} rejected, "

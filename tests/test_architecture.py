@@ -22,8 +22,9 @@ LAYERS = [
     ["sim.moe", "sim.dense", "sim.llamacpp"],  # the engine kinds
     ["sim.engines"],  # which kind serves a scenario
     ["sim.runner"],  # one run: loads, jobs, the served workload
-    ["sim.report", "sim.calibration", "sim.compare", "sim.capacity"],  # its text; fitting, validating, error bars;
-    # differences; the most load under goals
+    # its text; fitting, validating, error bars; differences; the most load under goals; a vLLM or SGLang command
+    # line as a scenario
+    ["sim.report", "sim.calibration", "sim.compare", "sim.capacity", "sim.vllm_scenario"],
     ["sim.sweeps", "sim.viz", "sim.fidelity"],  # many runs; figures; the leave-one-source-out benchmark
     ["sim.api", "sim"],  # the Python API
     ["sim.cli"],  # the command line

@@ -1,5 +1,5 @@
 """sim vllm: a pasted vLLM / SGLang server command line read (sim.serving.cmdline), its defaults by engine version
-(sim.serving.engine_defaults), the dense-engine scenario built from it (sim.serving.vllm_machine) and the command."""
+(sim.serving.engine_defaults), the dense-engine scenario built from it (sim.vllm_scenario) and the command."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from sim.cli import main
 from sim.core.errors import ScenarioError, SimulationError
 from sim.serving.cmdline import parse_command
 from sim.serving.engine_defaults import CHANGES, CURRENT, Gpu, resolve, table_rows, version_tuple
-from sim.serving.vllm_machine import Workload, build
+from sim.vllm_scenario import Workload, build
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 A100 = Gpu(80, "NVIDIA A100 80GB SXM")

@@ -38,6 +38,7 @@ ENGINE_OVERHEAD_S: dict[str, tuple[float, str]] = {
     "sglang": (1e-3, "assumed: no public measurement isolates SGLang's per-iteration overhead yet"),
 }
 DEFAULT_ENGINE = "vllm"
+RUNTIME_GIB = 2.0  # assumed: CUDA graphs, activations and buffers of a vLLM engine beside its KV pool (GiB)
 
 
 @dataclass(frozen=True)

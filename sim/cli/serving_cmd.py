@@ -1,5 +1,5 @@
 """``sim vllm``: a pasted vLLM or SGLang server command line run (or written, ``--write``) as a scenario of the dense
-continuous-batching engine. Thin: parse (:mod:`sim.serving.cmdline`), build (:mod:`sim.serving.vllm_machine`),
+continuous-batching engine. Thin: parse (:mod:`sim.serving.cmdline`), build (:mod:`sim.vllm_scenario`),
 print."""
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def vllm(command_line: str, gpu: str | None, gpus: int | None, host: str | None,
     """
     from sim.serving.cmdline import parse_command
     from sim.serving.engine_defaults import CURRENT, version_tuple
-    from sim.serving.vllm_machine import Workload, build
+    from sim.vllm_scenario import Workload, build
 
     if rate is not None and clients is not None:
         raise ScenarioError("command line", "--rate", "give --rate (open loop) or --clients (closed loop), not both")

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.batching.families import RUNTIME_GIB
 from sim.core.errors import ScenarioError, SimulationError
 from sim.fidelity.domain import Observation, Prediction
 
@@ -32,7 +33,6 @@ MODELS = os.path.join("calibration", "models", "index.yaml")
 MTP_ACCEPTANCE_PRIOR = 0.6375  # the Strata engine's MTP acceptance, 63.5-64.0% (strata_gen3_5090.csv), midpoint
 QUANTITIES = (("output_tok_s", "throughput_tok_s", "tok/s", 1.0), ("ttft_mean_ms", "ttft_mean_s", "ms", 1000.0),
               ("tpot_mean_ms", "tpot_mean_s", "ms", 1000.0))
-RUNTIME_GIB = 2.0  # assumed: CUDA graphs, activations and buffers of a vLLM engine beside its KV pool
 DENSE_MAX_NUM_SEQS = 256  # vLLM's max_num_seqs default before its V1 engine, when a source does not state it
 SEED = 0
 

@@ -14,7 +14,7 @@ cache.
 
 How the engines' memory rules map onto sim's pool (:mod:`sim.batching.pool`): vLLM's ``gpu_memory_utilization``
 u is the scheduler's (the engine takes u x VRAM for weights, runtime and KV), its runtime (activations, CUDA graphs)
-the 2 GiB the serving fidelity benchmark assumes (:data:`sim.fidelity.serving.RUNTIME_GIB`); vLLM 0.34's unset
+the 2 GiB the serving fidelity benchmark assumes (:data:`sim.batching.families.RUNTIME_GIB`); vLLM 0.34's unset
 default (the extensible KV cache: everything free after CUDA graph capture) leaves it out, so the pool is what other
 tenants, the weights and the runtime leave. SGLang's ``mem_fraction_static`` f is weights plus KV over the card's
 memory: the runtime is (1 - f) x VRAM and the pool what is left, as SGLang's profiling finds it. The iteration
@@ -35,7 +35,7 @@ from sim.core.errors import ScenarioError, SimulationError
 from sim.serving.cmdline import ServingCommand
 from sim.serving.engine_defaults import CURRENT, FROM_POOL, NAMES, Gpu, Resolved, resolve
 
-MODELS = Path(__file__).resolve().parents[2] / "calibration" / "models"
+MODELS = Path(__file__).resolve().parents[1] / "calibration" / "models"
 MACHINE = "box"
 MAX_BUDGET = 1_000_000  # the scheduler's largest token budget (sim.config.engine.Scheduler)
 _AWQ_GPTQ = {"awq": "awq", "awq_marlin": "awq", "gptq": "gptq", "gptq_marlin": "gptq", "marlin": "gptq"}
@@ -243,7 +243,7 @@ def build(cmd: ServingCommand, *, gpu: str, gpus: int | None = None, host: str |
                     f"byte{'s' * (kv_bytes != 1)} per value (kv_cache_dtype {kv_type})",
         "runtime": f"{raw['machines'][MACHINE]['engine']['runtime_gib']:.4g} GiB per GPU: " + (
             "1 - mem_fraction_static of the card's VRAM (activations, CUDA graphs)" if cmd.engine == "sglang" else
-            "assumed (activations, CUDA graphs; sim.fidelity.serving.RUNTIME_GIB)"),
+            "assumed (activations, CUDA graphs; sim.batching.families.RUNTIME_GIB)"),
         "iteration costs": f"the card family's fitted efficiencies and {NAMES[cmd.engine]}'s per-iteration overhead "
                            "(sim.batching.families; the run says which)"})
     built.notes = r.notes + _notes(cmd, r)
@@ -275,8 +275,8 @@ def _scheduler(cmd: ServingCommand, r: Resolved) -> dict[str, Any]:
 
 def _scenario(cmd: ServingCommand, r: Resolved, card: dict[str, Any], gpu: str, gpus: int, host: str | None,
               key: str, fields: dict[str, Any], workload: Workload, seed: int | None, line: str) -> dict[str, Any]:
+    from sim.batching.families import RUNTIME_GIB
     from sim.batching.operators import profile_for
-    from sim.fidelity.serving import RUNTIME_GIB
 
     s = r.values
     slot = {} if card.get("unified") else {"slot_gen": card.get("pcie_max_gen") or 4, "slot_lanes": 16}

@@ -32,9 +32,11 @@ def _run(path: Path | str) -> Outcome:
 
 
 def _scenario(tmp_path: Path, name: str = "gen3_5090.yaml", **replace: str) -> str:
-    """A shipped scenario's text, its calibration files named by absolute path, with ``replace`` applied."""
+    """A shipped scenario's text, its calibration files (and operator tables) named by absolute path, with
+    ``replace`` applied."""
     text = Path(ROOT, "scenarios", name).read_text(encoding="utf-8")
     text = text.replace("calibrations: [../", f"calibrations: [{ROOT}/")
+    text = text.replace("operators: ../calibration/", f"operators: {ROOT}/calibration/")  # a profiled-operator table
     for old, new in replace.items():
         assert old in text
         text = text.replace(old, new, 1)

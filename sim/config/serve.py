@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat
+from pydantic import Field, NonNegativeInt, PositiveFloat, model_validator
 
 from sim.config.base import MAX_TOK_S, MIN_TOK_S, Strict, input_file
 
@@ -14,11 +14,13 @@ MAX_TOTAL_TOKENS = 10**10  # default serve.max_total_tokens: simulated tokens a 
 class Workload(Strict):
     """Where requests come from (sim.serving.workload)."""
 
-    kind: Literal["sequential", "closed", "open", "trace", "agent"] = Field(
+    kind: Literal["sequential", "closed", "open", "trace", "agent", "chat"] = Field(
         "sequential", description="sequential: one request after another; closed: `clients` clients, each sending "
         "its next request `think_s` after its last answer; open: arrivals at `rate_per_s`; trace: replay a CSV; "
-        "agent: `clients` sessions whose context grows turn by turn.")
-    clients: int = Field(1, gt=0, le=100_000, description="Closed-loop clients, or concurrent agent sessions.")
+        "agent: `clients` sessions whose context grows turn by turn (hand-set as cached); chat: `clients` "
+        "closed-loop clients running sessions of `turns` turns, each turn's prompt resending the whole conversation "
+        "so far plus new user tokens (the prompt lengths), its hits left to the engine's prefix cache.")
+    clients: int = Field(1, gt=0, le=100_000, description="Closed-loop clients, or concurrent agent or chat sessions.")
     think_s: float = Field(
         0.0, ge=0, le=1e9, description="Mean time between an answer and the client's next request (s).")
     think_law: Literal["fixed", "exponential"] = Field("fixed", description="Law of the think time.")
@@ -47,7 +49,24 @@ class Workload(Strict):
         "shortened to fit (as Vidur caps its traces); at least one output token.")
     turn_tokens: int = Field(
         2000, gt=0, le=10_000_000, description="Agent: new prompt tokens per turn (tool output, user text).")
-    turns: int = Field(8, gt=0, le=1_000_000, description="Agent: turns per session.")
+    turns: int = Field(8, gt=0, le=1_000_000, description="Agent, chat: turns per session.")
+    system_prompt_tokens: int = Field(
+        0, ge=0, le=10_000_000, description="A shared system prompt of this many tokens put before every prompt "
+        "(the prompt lengths drawn, given or replayed are what follows it); the engine's prefix cache may hold it "
+        "(tokens). 0: none.")
+    system_prompts: int = Field(
+        1, gt=0, le=1_000_000, description="Distinct system prompts of system_prompt_tokens each; every request "
+        "(chat: every session) draws one uniformly.")
+
+    @model_validator(mode="after")
+    def _shared_prefix(self) -> Workload:
+        if self.system_prompt_tokens and self.kind == "agent":
+            raise ValueError("system_prompt_tokens: not with kind agent, whose context is hand-set as cached; "
+                             "kind chat sends sessions whose history and system prompt the prefix cache holds")
+        if self.system_prompts > 1 and not self.system_prompt_tokens:
+            raise ValueError(f"system_prompts: {self.system_prompts} system prompts of no tokens: set "
+                             "system_prompt_tokens too")
+        return self
 
 
 class Admission(Strict):
@@ -88,3 +107,11 @@ class Serve(Strict):
     admission: Admission = Admission()
     fidelity: Literal["counts", "lookups"] = Field(
         "counts", description="counts: sample distinct experts per layer-step (fast); lookups: every expert lookup.")
+
+    @model_validator(mode="after")
+    def _chat_clients(self) -> Serve:
+        per_run = -(-self.requests // min(self.workload.runs, self.requests))  # the largest run
+        if self.workload.kind == "chat" and self.workload.clients > per_run:
+            raise ValueError(f"workload.clients: {self.workload.clients} chat clients but at most {per_run} requests "
+                             "in a run: the others would never send anything (fewer clients or more requests)")
+        return self

@@ -184,6 +184,7 @@ class CompiledLedgers:
                    np.array([index[ch[3]] if len(ch) > 3 else -1 for ch in by_index], dtype=int))
 
     def _per_add(self, values: np.ndarray) -> np.ndarray:
+        values = values if values.size else np.ones(1)  # no named parameter (every channel fixed): index 0 is unused
         scale = np.where(self.channel_param >= 0, values[np.maximum(self.channel_param, 0)], 1.0)
         scale = scale / np.where(self.channel_divisor >= 0, values[np.maximum(self.channel_divisor, 0)], 1.0)
         scale = scale * np.where(self.channel_multiplier >= 0, values[np.maximum(self.channel_multiplier, 0)], 1.0)

@@ -10,10 +10,22 @@
   output_tokens, acceptance``; without ``arrival_s`` the rows are sent one after another by a single client, as an
   engine log's requests were);
 - ``agent``: ``clients`` concurrent sessions of ``turns`` turns; each turn's prompt is the whole earlier conversation
-  (cached: the engine's prompt cache holds it) plus ``turn_tokens`` new tokens.
+  (cached: the engine's prompt cache holds it) plus ``turn_tokens`` new tokens;
+- ``chat``: ``clients`` closed-loop clients, each running sessions of ``turns`` turns back to back (``think_s``
+  between turns); turn t's prompt is the session's whole conversation so far (its earlier prompts and answers) plus
+  new user tokens, the prompt lengths drawn as for any request (``prompt_tokens``, ``prompt_tokens_mean`` or
+  ``lengths``). Nothing of it is hand-set as cached: the history is a prefix the engine's cache may hold.
 
-Closed-loop and agent requests have no arrival time in the table (NaN): the server sets it when the client sends.
-Lengths are drawn here once per run, so the same seed gives the same requests whatever the engine does.
+Shared prefixes: with ``system_prompt_tokens`` N, every prompt begins with one of ``system_prompts`` system prompts
+of N tokens (each request draws one uniformly, a chat session once for all its turns; the draw comes after every
+other, so the lengths and arrivals are those of the same workload without it). Each request carries its prefix
+identity in :class:`RequestTable`'s ``prefix_segment`` and ``prefix_tokens``: two (segment id, tokens) pairs in
+prompt order, the system prompt (ids 0 to K-1) and the chat session's history (ids K + session; its tokens the
+conversation before this turn), -1 where there is none. Engines with a prefix cache (:mod:`sim.batching.prefix`)
+find their hits there; the others see longer prompts.
+
+Closed-loop, agent and chat requests have no arrival time in the table (NaN): the server sets it when the client
+sends. Lengths are drawn here once per run, so the same seed gives the same requests whatever the engine does.
 """
 
 from __future__ import annotations
@@ -23,7 +35,7 @@ import io
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,6 +63,11 @@ class RequestTable:
     acceptance: np.ndarray  # float64: draft acceptance of this request; NaN: the model's
     client: np.ndarray  # int64: closed loop / agent: the client (session slot) sending it; -1: open loop
     run: np.ndarray | None = None  # int64: closed loop: the run it belongs to (clients start each run together)
+    # shared prefixes, None without any: per request two (segment id, tokens) pairs in prompt order, column 0 the
+    # system prompt, column 1 the chat session's history (tokens of the conversation before this turn); id -1: none.
+    # int32 (16 bytes a request: a million requests take 16 MB)
+    prefix_segment: np.ndarray | None = None  # int32, shape (n, 2)
+    prefix_tokens: np.ndarray | None = None  # int32, shape (n, 2)
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.size)
@@ -69,6 +86,15 @@ def output_lengths(sv: Serve, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def build_table(sv: Serve, rng: np.random.Generator) -> RequestTable:
+    """The requests of ``sv``, their shared prefixes last (see the module docstring)."""
+    table = _requests(sv, rng)
+    w = sv.workload
+    if w.system_prompt_tokens and w.kind != "chat":
+        table = with_system_prompt(table, w.system_prompt_tokens, w.system_prompts, rng)
+    return table
+
+
+def _requests(sv: Serve, rng: np.random.Generator) -> RequestTable:
     w = sv.workload
     n = sv.requests
     if w.kind == "trace":
@@ -96,7 +122,58 @@ def build_table(sv: Serve, rng: np.random.Generator) -> RequestTable:
     if w.kind == "agent":
         answered = out if sv.max_tokens is None else np.minimum(out, sv.max_tokens)  # what the next turn carries
         prompt, cached = agent_contexts(answered, client, w.turns, w.turn_tokens, sv.prompt_tokens)
+    if w.kind == "chat":
+        answered = out if sv.max_tokens is None else np.minimum(out, sv.max_tokens)
+        segment, tokens = chat_sessions(prompt, answered, client, w.turns, w.system_prompt_tokens,
+                                        w.system_prompts, rng)
+        prompt = np.minimum(w.system_prompt_tokens + tokens[:, 1].astype(np.int64) + prompt, MAX_TOKENS)
+        cached = np.minimum(np.full(n, sv.cached_tokens, dtype=np.int64), prompt)
+        return RequestTable(nan, prompt, cached_tokens=cached, output_tokens=out, acceptance=nan, client=client,
+                            run=run, prefix_segment=segment, prefix_tokens=tokens)
     return RequestTable(nan, prompt, cached_tokens=cached, output_tokens=out, acceptance=nan, client=client, run=run)
+
+
+def with_system_prompt(table: RequestTable, tokens: int, prompts: int, rng: np.random.Generator) -> RequestTable:
+    """``table`` with a system prompt of ``tokens`` before every prompt, each request's drawn uniformly from
+    ``prompts`` distinct ones (no draw for a single one); the cached tokens stay those given."""
+    n = len(table)
+    which = rng.integers(0, prompts, size=n).astype(np.int32) if prompts > 1 else np.zeros(n, dtype=np.int32)
+    segment = np.stack([which, np.full(n, -1, dtype=np.int32)], axis=1)
+    length = np.stack([np.full(n, tokens, dtype=np.int32), np.zeros(n, dtype=np.int32)], axis=1)
+    prompt = np.minimum(table.prompt_tokens + tokens, MAX_TOKENS)
+    return replace(table, prompt_tokens=prompt, prefix_segment=segment, prefix_tokens=length)
+
+
+def chat_sessions(user: np.ndarray, answered: np.ndarray, client: np.ndarray, turns: int, system_tokens: int,
+                  system_prompts: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The prefix identity of chat turns (``prefix_segment``, ``prefix_tokens`` of :class:`RequestTable`): each
+    client runs sessions of ``turns`` turns back to back, in sending order; a turn's history is everything its
+    session said before it (``user`` tokens and ``answered`` tokens of each earlier turn). Sessions are numbered as
+    they start; each draws its system prompt (when there are several, after every other draw)."""
+    n = user.size
+    history = np.zeros(n, dtype=np.int64)
+    session = np.zeros(n, dtype=np.int64)
+    clients = int(client.max()) + 1 if n else 0
+    turn_of = np.zeros(clients, dtype=np.int64)
+    context = np.zeros(clients, dtype=np.int64)
+    current = np.zeros(clients, dtype=np.int64)
+    started = 0
+    for i, c in enumerate(client.tolist()):  # one pass per request (not per token)
+        if turn_of[c] % turns == 0:
+            context[c] = 0
+            current[c] = started
+            started += 1
+        history[i] = min(context[c], MAX_TOKENS - system_tokens)  # no longer than a prompt may be
+        session[i] = current[c]
+        context[c] += user[i] + answered[i]
+        turn_of[c] += 1
+    has_system = system_tokens > 0
+    drawn = rng.integers(0, system_prompts, size=started) if has_system and system_prompts > 1 \
+        else np.zeros(started, dtype=np.int64)
+    first = np.where(has_system, drawn[session], -1) if n else np.zeros(0, dtype=np.int64)
+    segment = np.stack([first, system_prompts + session], axis=1).astype(np.int32)
+    length = np.stack([np.full(n, system_tokens, dtype=np.int64), history], axis=1).astype(np.int32)
+    return segment, length
 
 
 def sampled_lengths(path: str, n: int, max_tokens: int | None, rng: np.random.Generator

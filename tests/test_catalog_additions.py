@@ -187,3 +187,114 @@ def test_every_gpu_names_its_family_and_an_unknown_one_is_refused(monkeypatch):
 
     with pytest.raises(Exception, match="family"):
         GpuType(vram_gib=8, pcie_max_gen=4, family="fermi")
+
+
+# --- the data-centre cards small labs own -------------------------------------------------------------------------
+
+# id -> the published figures entered (datasheets and vendor pages; the with-sparsity NVIDIA figures halved)
+DATACENTRE = {
+    "t4": {"family": "turing", "vram_gib": 16, "tflops": 65, "int8_tops": 130, "fp32_tflops": 8.1,
+           "pcie_max_gen": 3, "board_power_w": 70, "memory": "GDDR6"},
+    "l4": {"family": "ada", "vram_gib": 24, "hbm_gbps": 300, "tflops": 121, "int8_tops": 242.5, "board_power_w": 72,
+           "pcie_max_gen": 4},
+    "a10": {"family": "ampere", "vram_gib": 24, "hbm_gbps": 600, "tflops": 125, "fp32_tflops": 31.2,
+            "board_power_w": 150},
+    "a30": {"family": "ampere", "memory": "HBM2", "vram_gib": 24, "hbm_gbps": 933, "tflops": 165, "int8_tops": 330,
+            "board_power_w": 165},
+    "v100_16gb_pcie": {"family": "volta", "vram_gib": 16, "hbm_gbps": 900, "tflops": 112, "fp32_tflops": 14,
+                       "pcie_max_gen": 3, "board_power_w": 250},
+    "v100_32gb_sxm": {"family": "volta", "vram_gib": 32, "hbm_gbps": 900, "tflops": 125, "fp32_tflops": 15.7,
+                      "board_power_w": 300},
+    "p100_16gb": {"family": "pascal", "matrix_units": "none", "vram_gib": 16, "hbm_gbps": 732, "fp32_tflops": 9.3,
+                  "pcie_max_gen": 3, "board_power_w": 250},
+    "b200": {"family": "blackwell", "memory": "HBM3e", "vram_gib": 180, "hbm_gbps": 7700, "tflops": 2250,
+             "int8_tops": 4500, "fp32_tflops": 75, "pcie_max_gen": 5, "board_power_w": 1000},
+    "mi250x": {"family": "cdna2", "matrix_units": "mfma", "memory": "HBM2e", "vram_gib": 128, "hbm_gbps": 3276.8,
+               "tflops": 383, "int8_tops": 383, "fp32_tflops": 47.9, "pcie_max_gen": 4, "board_power_w": 560},
+}
+
+SPARSE_ONLY = {"l4", "b200"}
+
+
+@pytest.mark.parametrize("ident", sorted(DATACENTRE))
+def test_the_datacentre_cards_carry_their_published_figures(ident):
+    e = GPUS[ident]
+    assert {k: e.get(k) for k in DATACENTRE[ident]} == DATACENTRE[ident]
+    assert e["source"].startswith("https://") and e["pcie_max_lanes"] == 16, ident
+    if ident in SPARSE_ONLY:  # the vendor gives its tensor rates with sparsity only: halved, and the note says so
+        assert "with sparsity" in e["note"] and "halved" in e["note"], ident
+
+
+def test_the_datacentre_cards_follow_the_module_and_tensor_conventions():
+    assert "tflops" not in GPUS["p100_16gb"] and "int8_tops" not in GPUS["p100_16gb"]  # Pascal: no tensor cores
+    for ident in ("v100_16gb_pcie", "v100_32gb_sxm"):  # Volta: FP16 tensor with FP32 accumulate, no INT8 figure
+        assert "FP32 accumulate" in GPUS[ident]["note"] and "int8_tops left out" in GPUS[ident]["note"], ident
+    for ident in ("v100_32gb_sxm", "b200", "mi250x"):  # SXM / OAM modules: the host interface, as h100_sxm
+        note = " ".join(GPUS[ident]["note"].split())
+        assert re.search(rf"host interface (is )?PCIe {GPUS[ident]['pcie_max_gen']}\.0 x16", note), ident
+    mi250x, mi300x = GPUS["mi250x"], GPUS["mi300x"]
+    note = " ".join(mi250x["note"].split())
+    assert "two GPUs of 64 GiB each" in note and "as mi300x is" in note  # the module's figures, the halves in the note
+    assert mi250x["vram_gib"] == 2 * 64 and mi250x["tflops"] == 2 * 191.5
+    assert mi300x["vram_gib"] == 192 and mi300x["tflops"] == 1307.4  # unchanged
+    assert GPUS["h200"]["vram_gib"] == 141 and GPUS["a10g"]["hbm_gbps"] == 600  # the existing ones left as they were
+
+
+def test_every_gpu_family_is_one_the_schema_takes():
+    import typing
+
+    from sim.catalog import store
+    from sim.config.machines import GpuType
+
+    schema = typing.get_args(typing.get_args(GpuType.model_fields["family"].annotation)[0])
+    assert schema == store.FAMILIES and GpuType(vram_gib=8, pcie_max_gen=4).family is None  # optional, default None
+    for ident, e in GPUS.items():
+        assert e.get("family") in store.FAMILIES, ident
+        assert GpuType(**{k: e[k] for k in store.GPU_SPEC_KEYS if k in e}).family == e["family"], ident
+    by_family = {f: {i for i, e in GPUS.items() if e["family"] == f} for f in store.FAMILIES}
+    assert {"p100_16gb"} <= by_family["pascal"] and {"v100_16gb_pcie", "v100_32gb_sxm"} <= by_family["volta"]
+    assert {"gb10", "rtx5090", "rtx_pro_6000", "b200"} <= by_family["blackwell"]
+    assert by_family["rdna3.5"] == {"radeon_8060s", "radeon_8050s"} and by_family["cdna2"] == {"mi250x"}
+
+
+def test_an_unknown_family_in_the_catalog_is_one_clear_line(tmp_path, monkeypatch):
+    from sim.catalog import CatalogError, store
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "gpus.yaml").write_text("old: {vram_gib: 6, family: fermi}\n")
+    monkeypatch.setattr(store.resources, "files", lambda package: tmp_path)
+    store._entries.cache_clear()
+    try:
+        with pytest.raises(CatalogError) as err:
+            store.gpu_entries()
+    finally:
+        store._entries.cache_clear()
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("sim/catalog/data/gpus.yaml: old.family: bad value 'fermi'")
+    assert "expected one of pascal, volta" in message and "apple_m5" in message
+
+
+def test_the_command_lists_the_new_cards_with_their_family():
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    listing = CliRunner().invoke(main, ["catalog", "--kind", "gpus"])
+    assert listing.exit_code == 0
+    rows = {line.split()[0] for line in listing.stdout.splitlines() if line.startswith("  ")}
+    assert set(DATACENTRE) <= rows
+    one = CliRunner().invoke(main, ["catalog", "mi250x"])
+    assert one.exit_code == 0 and re.search(r"^  family +cdna2$", one.stdout, re.M)
+
+
+def test_an_unknown_family_in_a_scenario_is_one_line():
+    from click.testing import CliRunner
+    from conftest import ROOT
+
+    from sim.cli import main
+
+    scenario = os.path.join(ROOT, "scenarios", "gen3_5090.yaml")
+    r = CliRunner().invoke(main, ["run", scenario, "--set", "gpus.rtx5090.family=fermi"])
+    lines = r.stderr.strip().splitlines()
+    assert r.exit_code == 2 and r.stdout == "" and len(lines) == 1
+    assert "gpus.rtx5090.family: bad value 'fermi'" in lines[0] and "'cdna2'" in lines[0]

@@ -1,5 +1,6 @@
 """What a continuous-batching run reports beyond the queue's metrics: its KV pool's use and preemptions, running and
-queued sequences, the batch, the iterations' regime, and time per output token."""
+queued sequences, the batch, the iterations' regime, and time per output token; with shared prefixes, the prefix
+cache's hits."""
 
 from __future__ import annotations
 
@@ -39,3 +40,16 @@ def batching_metrics(stats: dict[str, float], pool_tokens: int, requests: Served
             out |= {"decode_tok_s_median": float(np.median(1 / tpot)), "tpot_p50_s": float(np.percentile(tpot, 50)),
                     "tpot_mean_s": float(tpot.mean()), "tpot_p99_s": float(np.percentile(tpot, 99))}
     return out
+
+
+def prefix_metrics(requests: ServedRequests, evicted_tokens: int) -> dict[str, float]:
+    """The prefix cache over the served requests (a workload of shared prefixes only: other runs keep their keys):
+    ``prefix_hit_rate``, prompt tokens not prefilled over prompt tokens (fraction); ``prefix_cached_tokens_mean``,
+    those per request (tokens); ``prefix_evicted_tokens``, cached tokens evicted to make room (tokens). A request's
+    tokens not prefilled are its ``cached_tokens`` as the engine found them at its first admission."""
+    r = requests.subset(requests.served)
+    prompt = int(r.prompt_tokens.sum()) if len(r) else 0
+    cached = int(r.cached_tokens.sum()) if len(r) else 0
+    return {"prefix_hit_rate": cached / prompt if prompt else 0.0,
+            "prefix_cached_tokens_mean": cached / len(r) if len(r) else 0.0,
+            "prefix_evicted_tokens": float(evicted_tokens)}

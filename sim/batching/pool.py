@@ -113,11 +113,12 @@ def token_budget(e: Engine) -> int:
 
 
 def scheduler_for(e: Engine, pool: Pool, swap_s_per_token: float) -> Scheduler:
-    """The scheduler of engine ``e`` over ``pool``; a swapped token's KV costs ``swap_s_per_token`` each way."""
+    """The scheduler of engine ``e`` over ``pool``; a swapped token's KV costs ``swap_s_per_token`` each way; its
+    prefix cache holds whole blocks of ``scheduler.block_size`` tokens (16 without a scheduler section)."""
     sc = e.scheduler
     budget = token_budget(e)
     if sc is None:
         return Scheduler(budget, pool.tokens, swap_s_per_token=swap_s_per_token)
     return Scheduler(budget, pool.tokens, chunked_prefill=sc.enable_chunked_prefill,
                      prefix_caching=sc.enable_prefix_caching, preemption=sc.preemption_mode,
-                     swap_s_per_token=swap_s_per_token)
+                     swap_s_per_token=swap_s_per_token, block_size=sc.block_size)

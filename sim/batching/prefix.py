@@ -51,18 +51,30 @@ class PrefixCache:
         """``tokens`` rounded down to whole blocks."""
         return tokens // self.block * self.block
 
-    def hit(self, segments: tuple[tuple[int, int], ...]) -> int:
+    def lookup(self, segments: tuple[tuple[int, int], ...]) -> int:
         """Tokens of a prompt found in the cache: ``segments`` are its (segment id, tokens the segment would cover
-        in whole blocks) in prompt order, id -1 for none; each counts only when every one before it hit in full."""
+        in whole blocks) in prompt order, id -1 for none; each counts only when every one before it hit in full.
+        An idle segment after a miss can no longer be reached (its blocks' hashes chain through the missing ones):
+        it is dropped, as counted evicted."""
         hit = 0
+        reached = True
         for seg, span in segments:
             if seg < 0:
                 continue
+            if not reached:
+                if seg in self.idle:
+                    self._drop(seg)
+                continue
             have = min(self.resident.get(seg, 0), span)
             hit += have
-            if have < span:
-                break
+            reached = have == span
         return hit
+
+    def _drop(self, seg: int) -> None:
+        tokens = self.resident.pop(seg)
+        del self.idle[seg]
+        self.idle_tokens -= tokens
+        self.evicted_tokens += tokens
 
     def idle_of(self, segments: tuple[tuple[int, int], ...]) -> int:
         """Idle tokens referencing ``segments`` would take out of the free space (they become KV in use)."""

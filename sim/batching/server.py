@@ -8,7 +8,9 @@ MoE models are served by when they batch.
 - every iteration processes each decoding sequence's next step, then fills what is left of the token budget
   (``max_num_batched_tokens``) with chunks of the admitted prompts, oldest first (chunked prefill; without it a
   prompt is taken whole, alone with the decoders); the iteration that reads a prompt's last chunk yields its first
-  token. Tokens found in the prefix cache are not prefilled;
+  token. Tokens found in the prefix cache are not prefilled: a request's hand-set ``cached`` tokens (at its first
+  admission), or with a workload of shared prefixes (system prompts, chat sessions) what the engine's own prefix
+  cache holds of them (:mod:`sim.batching.prefix`), whichever is more;
 - a decoding sequence's KV grows by the tokens each step yields (one, or with speculative decoding its request's
   mean accepted tokens per verification step); when the pool cannot hold the next iteration's growth, the running
   request that arrived last (decoding or still prefilling) is preempted and goes back to the head of the queue:
@@ -22,6 +24,13 @@ runs in closed form, up to its next completion or until the pool fills, and is c
 progress when a request is admitted. Per decoding sequence nothing is updated per iteration: its steps, KV and GPU
 share follow from global iteration and share counters read when it joins and when it leaves. ``exact=True`` runs
 every decode iteration as its own event instead (the reference the closed form is tested against).
+
+Prefix cache (a workload with shared prefixes and ``prefix_caching`` on): the KV in use is each running request's own
+KV (its context less the tokens the cache holds for it) plus the segments running requests reference, each held once
+however many share it; idle cached segments count as free for admission and are evicted, least recently released
+first, when the KV in use and they would overflow the pool (checked at every admission and at the end of every
+iteration or decode run, where the KV has grown). Hand-set ``cached`` tokens stay charged to their request, as
+before. Without shared prefixes nothing of this runs.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import numpy as np
 import simpy
 
 from sim.batching.cost import StepCost
+from sim.batching.prefix import PrefixCache
 from sim.serving.queue import QueueSpec, Server, Timeline, Work
 
 
@@ -48,6 +58,7 @@ class Scheduler:
     preemption: str = "recompute"  # "recompute" or "swap"
     watermark: float = 0.01  # share of the pool a new prompt must leave free (vLLM's and Vidur's 1% of blocks)
     swap_s_per_token: float = 0.0  # moving one token's KV to host memory or back (s)
+    block_size: int = 16  # tokens per KV block: the prefix cache holds whole blocks
 
 
 class BatchingServer(Server):
@@ -58,7 +69,7 @@ class BatchingServer(Server):
 
     def __init__(self, env: simpy.Environment, work: Work, spec: QueueSpec, tl: Timeline, done, cost: StepCost,
                  sched: Scheduler, prompt: np.ndarray, cached: np.ndarray, steps: np.ndarray | None = None,
-                 exact: bool = False) -> None:
+                 exact: bool = False, prefix: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         super().__init__(env, work, spec, tl, done)
         self.cost, self.sched, self.exact = cost, sched, exact
         self.capacity = sched.kv_pool_tokens
@@ -97,14 +108,47 @@ class BatchingServer(Server):
         self.run: tuple[float, int, float, int, float] | None = None  # decode run: (start, k, context, n, growth)
         self.growth = 0.0  # KV tokens the mixed iteration in progress adds when it ends
         self.wake = env.event()
+        # the prefix cache, with a workload of shared prefixes (``prefix``: RequestTable's prefix_segment and
+        # prefix_tokens) and prefix caching on
+        self.cache = PrefixCache(sched.block_size) if sched.prefix_caching and prefix is not None else None
+        if self.cache is not None:
+            self._prefix_spans(*prefix)
         self.stats = {"iterations": 0, "memory_bound_iterations": 0, "prefill_iterations": 0, "preemptions": 0,
                       "swaps": 0, "batch_area": 0.0, "kv_area": 0.0, "kv_peak_tokens": 0.0, "busy_s": 0.0,
                       "swap_s": 0.0}
         env.process(self._loop())
 
+    def _prefix_spans(self, segment: np.ndarray, tokens: np.ndarray) -> None:
+        """Per request, its system prompt's and its session's segment ids and the tokens each covers in whole blocks
+        (the session's: from the system prompt's last full block to the history's)."""
+        n = len(self.prompt)
+        block = self.sched.block_size
+        system = tokens[:, 0].astype(np.int64) // block * block
+        history = (tokens[:, 0].astype(np.int64) + tokens[:, 1]) // block * block - system
+        self.seg_system = array("i", segment[:, 0].tolist())
+        self.span_system = array("q", system.tolist())
+        self.seg_history = array("i", segment[:, 1].tolist())
+        self.span_history = array("q", history.tolist())
+        self.shared = array("q", bytes(8 * n))  # tokens of its KV the cache holds (charged to the cache, once)
+        self.referencing = array("b", bytes(n))  # it references its segments (admitted, not preempted since)
+        self.prefix_hit = array("q", bytes(8 * n))  # tokens it found in the cache at its first admission
+        self.shared_decoding = 0  # sum of ``shared`` over the decoding sequences
+
+    def _segments(self, i: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        return (self.seg_system[i], self.span_system[i]), (self.seg_history[i], self.span_history[i])
+
     # --- KV accounting ---------------------------------------------------------------------------------------
     def _kv_used(self) -> float:
-        return self.reserved + self.context_join_sum + self.rate_sum * self.iteration
+        used = self.reserved + self.context_join_sum + self.rate_sum * self.iteration
+        if self.cache is not None:  # the referenced segments once, not within each sequence's context
+            used += self.cache.referenced_tokens - self.shared_decoding
+        return used
+
+    def _decode_context(self) -> float:
+        """KV tokens the decoding sequences read (each its whole context, shared blocks included)."""
+        if self.cache is None:
+            return self._kv_used() - self.reserved
+        return self.context_join_sum + self.rate_sum * self.iteration
 
     def _context(self, i: int) -> int:
         """KV tokens request ``i`` holds once its prompt and what it generated are in (whole tokens)."""
@@ -130,7 +174,13 @@ class BatchingServer(Server):
         # the decoders' next step: else it would be preempted at once and readmitted after, over and over
         need = self._context(i) + (1 - self.first_done[i])
         keep = self.sched.watermark * self.capacity if self.first_done[i] == 0 else 0.0
-        return super()._has_room(i) and self._kv_at_boundary() + need + self.rate_sum + keep <= self.capacity
+        if self.cache is None or self.swapped[i]:
+            return super()._has_room(i) and self._kv_at_boundary() + need + self.rate_sum + keep <= self.capacity
+        kv = self._kv_at_boundary()
+        self.cache.fit(self.capacity - kv)  # what the KV's growth since the last check has evicted
+        segments = self._segments(i)  # its hit is not its own KV; its idle segments leave the free space
+        need += self.cache.idle_of(segments) - self.cache.lookup(segments)
+        return super()._has_room(i) and kv + need + self.rate_sum + keep <= self.capacity
 
     def _cancel(self, i: int) -> None:
         if self.first_done[i] == 0 and self.preempted_count[i] == 0:  # a preempted request is not the client's
@@ -139,16 +189,44 @@ class BatchingServer(Server):
     def _start(self, i: int) -> None:
         super()._start(i)
         total = self._context(i)
-        self.held[i] = total + (1 - self.first_done[i])  # the first token's place too, until it joins
+        hit = 0
+        if self.cache is not None and not self.swapped[i]:
+            segments = self._segments(i)
+            hit = self.cache.lookup(segments)
+            self.cache.acquire(segments)
+            self.referencing[i] = 1
+            self.shared[i] = hit
+            if self.preempted_count[i] == 0:
+                self.prefix_hit[i] = hit
+        self.held[i] = total + (1 - self.first_done[i]) - hit  # the first token's place too, until it joins
         self.reserved += self.held[i]
         if self.swapped[i]:  # its KV comes back from host memory: it decodes on from the next iteration
             self.swapped[i] = 0
             self.swapping_in.append(i)
         else:
-            new = total - (self.cached[i] if self.preempted_count[i] == 0 else 0)
+            new = total - max(self.cached[i] if self.preempted_count[i] == 0 else 0, hit)
             self.prefilling.append([i, max(new, 1), total - max(new, 1)])
+        if self.cache is not None:
+            self.cache.fit(self.capacity - self._kv_at_boundary())
         if not self.wake.triggered:
             self.wake.succeed()
+
+    def _cache_prefix(self, i: int) -> None:
+        """Request ``i`` has read its prompt: its segments are resident in full, held by the cache from now on."""
+        assert self.cache is not None
+        added = self.cache.insert(self.seg_system[i], self.span_system[i])
+        self.shared[i] += added + self.cache.insert(self.seg_history[i], self.span_history[i])
+
+    def _release_prefix(self, i: int, finished: bool) -> None:
+        """Request ``i`` stops referencing its segments; a finished chat turn leaves its whole sequence in its
+        session's segment (the next turn resends it)."""
+        if self.cache is None or not self.referencing[i]:
+            return
+        if finished and self.seg_history[i] >= 0:
+            self.cache.insert(self.seg_history[i], self.cache.full(self._context(i)) - self.span_system[i])
+        self.cache.release(self._segments(i))
+        self.referencing[i] = 0
+        self.shared[i] = 0
 
     def _swap(self, tokens: int) -> None:
         seconds = tokens * self.sched.swap_s_per_token
@@ -166,6 +244,8 @@ class BatchingServer(Server):
             return
         self.join_iter[i], self.join_share[i] = self.iteration, self.share_clock
         self.context_join_sum += context - self.rate[i] * self.iteration
+        if self.cache is not None:
+            self.shared_decoding += self.shared[i]
         self.rate_sum += self.rate[i]
         self.decoding[i] = None
         heapq.heappush(self.finish_heap, (self.iteration + left, i))
@@ -177,11 +257,14 @@ class BatchingServer(Server):
         self.rate_sum -= self.rate[i]
         self.steps_done[i] += self.iteration - self.join_iter[i]
         self.share_s[i] += self.share_clock - self.join_share[i]
+        if self.cache is not None:
+            self.shared_decoding -= self.shared[i]
         if not self.decoding:  # no drift of float sums between busy periods
             self.context_join_sum = self.rate_sum = 0.0
 
     def _leave(self, i: int) -> None:
         self.work.telemetry["decode_s"][i] = self.env.now - self.tl.first_token_s[i]
+        self._release_prefix(i, finished=True)
         self._complete(i)
 
     def _preempt(self) -> None:
@@ -199,6 +282,7 @@ class BatchingServer(Server):
             entry = next(e for e in self.prefilling if e[0] == i)
             self.prefilling.remove(entry)
             self.reserved -= self.held[i]
+        self._release_prefix(i, finished=False)
         del self.active[i]
         self.preempted_count[i] += 1
         self.stats["preemptions"] += 1
@@ -241,7 +325,7 @@ class BatchingServer(Server):
             if not self.prefilling and not self.decoding:
                 continue
             k = len(self.decoding)
-            context = self._kv_used() - self.reserved  # KV tokens the decoding sequences read
+            context = self._decode_context()  # KV tokens the decoding sequences read
             budget = self.sched.token_budget - k * self.cost.positions_per_step
             if self.prefilling and (budget > 0 or not self.sched.chunked_prefill):
                 yield from self._mixed_iteration(k, context, budget)
@@ -287,6 +371,8 @@ class BatchingServer(Server):
         if k:
             self.iteration += 1
             self.share_clock += dt / members
+        if self.cache is not None:  # the pool as the iteration leaves it
+            self.cache.fit(self.capacity - self._kv_used())
         tokens = k * self.cost.positions_per_step + chunk_tokens
         for entry, take in chunks:
             i = entry[0]
@@ -303,6 +389,8 @@ class BatchingServer(Server):
                 if self.tl.first_token_s[i] != self.tl.first_token_s[i]:
                     self.tl.first_token_s[i] = env.now
                 self.first_done[i] = 1  # the prompt's last chunk yields a token
+                if self.cache is not None:
+                    self._cache_prefix(i)
                 self._join(i)
 
     def _decode_run(self, k: int, context: float):
@@ -336,6 +424,8 @@ class BatchingServer(Server):
         self._busy(elapsed, k, kv, kv + growth * done)
         self.iteration += done
         self.share_clock += elapsed / k
+        if self.cache is not None:  # the pool as the run leaves it (its KV grew all along)
+            self.cache.fit(self.capacity - self._kv_used())
         self._complete_due()
 
     def _busy(self, seconds: float, members: int, kv_before: float, kv_after: float) -> None:

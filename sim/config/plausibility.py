@@ -4,14 +4,19 @@ never stop a run: each is one line ``FILE: key.path: ...`` for the command line 
 
 Every check is a lower bound on time (or an upper bound on size) that holds whatever the engine does, with a margin
 for rounding in the figures a scenario quotes, so a warning means a typo or a unit mix-up, not a modelling choice.
+One more says that a setting the scenario writes out cannot take effect: prefix caching turned on (explicitly: its
+default is on, and a default says nothing) for a served workload that can never hit the cache.
 """
 
 from __future__ import annotations
 
+import os
+import stat
+
 from sim.config.links import link_info
 from sim.config.machines import Machine
 from sim.config.models import ModelSpec
-from sim.config.scenario import Scenario
+from sim.config.scenario import Scenario, engine_kind
 from sim.core.units import GB, GIB, MIB
 
 MARGIN = 1.02  # figures are quoted to 3-4 digits: a bound is broken only by more than this
@@ -25,6 +30,7 @@ def plausibility_warnings(scenario: Scenario, source: str) -> list[str]:
         found += _model(f"models.{name}", spec)
     for name, m in scenario.machines.items():
         found += _machine(scenario, f"machines.{name}", m)
+    found += _prefix_caching(scenario)
     known = scenario.acknowledged_warnings
     return [f"{source}: {path}: {what}" for path, what in found if path not in known]
 
@@ -131,3 +137,46 @@ def _engine_links(s: Scenario, p: str, m: Machine) -> list[tuple[str, str]]:
             out.append((path, f"{rate:g} GB/s is above the paper rate of GPU {gname}'s link (PCIe Gen{link.gen} "
                         f"x{link.lanes}: {link.paper_gbps:.3g} GB/s), which these bytes cross"))
     return out
+
+
+def _prefix_caching(s: Scenario) -> list[tuple[str, str]]:
+    """Prefix caching written out as on for a served workload that can never hit: no shared system prompt, no chat
+    sessions (or an engine that models no prefix cache of its own), no hand-set cached tokens, no agent context."""
+    sv = s.serve
+    m = s.machines.get(sv.machine) if sv is not None else None
+    e = m.engine if m is not None else None
+    sc = e.scheduler if e is not None else None
+    if sv is None or e is None or sc is None or not sc.enable_prefix_caching \
+            or "enable_prefix_caching" not in sc.model_fields_set:
+        return []
+    w = sv.workload
+    if sv.cached_tokens or w.kind == "agent" or (w.kind == "trace" and _trace_has_cached(w.trace)):
+        return []
+    path = f"machines.{sv.machine}.engine.scheduler.enable_prefix_caching"
+    if w.system_prompt_tokens or w.kind == "chat":
+        kind = engine_kind(s, e)
+        if kind == "dense":
+            return []
+        return [(path, f"on, but the {kind} engine models no prefix cache of its own (only the dense engine does): "
+                 "its system prompts and chat histories are prefilled in full, and this workload hand-sets no "
+                 "cached_tokens: 0 hits")]
+    return [(path, "on, but this workload shares no prefix (no serve.workload.system_prompt_tokens, no chat "
+             "sessions, no serve.cached_tokens" + (", no cached_tokens column in its trace" if w.kind == "trace"
+                                                   else "") + "): every prompt is prefilled in full, 0 hits")]
+
+
+def _trace_has_cached(path: str | None) -> bool:
+    """The trace's header names a ``cached_tokens`` column (True when it cannot be read here: the run says why)."""
+    try:
+        if path is None or not stat.S_ISREG(os.stat(path).st_mode):
+            return True
+        with open(path, encoding="utf-8-sig", errors="replace") as fh:
+            for _ in range(1000):  # comment lines before the header, each read up to 64 KiB
+                line = fh.readline(65536)
+                if not line:
+                    return False
+                if line.strip() and not line.startswith("#"):
+                    return "cached_tokens" in line
+    except OSError:
+        return True
+    return True

@@ -3,17 +3,20 @@
 ``serve`` builds the workload (:mod:`sim.serving.workload`) and moves it through the queue into the batching loop
 of :mod:`sim.batching.server`, whose iterations cost what :class:`sim.batching.cost.StepCost` says. Metrics: the
 server's (throughput, TTFT, queueing), decode rates and time per output token, batch size, KV use and preemptions,
-and how many iterations were bound by memory reads.
+and how many iterations were bound by memory reads; with a workload of shared prefixes (system prompts, chat
+sessions), the prefix cache's hits (:func:`sim.batching.metrics.prefix_metrics`: its requests' ``cached_tokens`` are
+then the tokens each did not prefill at its first admission, hand-set or found in the cache).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
 
 from sim.batching.admission import ReservingBatchingServer, log_pool_tokens, sequence_tokens
-from sim.batching.metrics import batching_metrics
+from sim.batching.metrics import batching_metrics, prefix_metrics
 from sim.batching.pool import max_num_seqs
 from sim.batching.server import BatchingServer
 from sim.config.scenario import Scenario
@@ -40,14 +43,23 @@ def _serve_table(setup: DenseSetup, table: RequestTable, max_tokens: int | None,
     if log_pool_tokens(setup.spec) is not None:  # the pool of the engine's log: whole sequences booked at admission
         factory = ReservingBatchingServer
         booking = {"kv_pool_tokens": setup.kv_pool_tokens, "kv_sequence": sequence_tokens(table.prompt_tokens, out)}
+    shared = table.prefix_segment is not None and table.prefix_tokens is not None
+    if shared:  # the prefix cache's segments (sim.batching.prefix)
+        booking["prefix"] = (table.prefix_segment, table.prefix_tokens)
     server = partial(factory, cost=setup.cost, sched=setup.scheduler, prompt=table.prompt_tokens,
                      cached=table.cached_tokens, exact=exact, **booking)
     tl, eng = run_queue(table, work, spec, rng, server)
+    memo = {"kv_booked_peak_tokens": eng.kv_booked_peak} if "kv_sequence" in booking else {}
+    if shared:  # what each request did not prefill at its first admission: hand-set, or the cache's hit
+        cached = np.asarray(eng.cached, dtype=np.int64)
+        if eng.cache is not None:
+            cached = np.maximum(cached, np.asarray(eng.prefix_hit, dtype=np.int64))
+        table = replace(table, cached_tokens=cached)
+        memo["prefix_evicted_tokens"] = eng.cache.evicted_tokens if eng.cache is not None else 0
     share = np.asarray(eng.share_s)  # GPU seconds: each iteration's time divided among its sequences
     sums = {"decode_s": work.telemetry["decode_s"], "compute_s": share}
     requests = ServedRequests.of_run(table, tl, output_tokens=out, prefill_s=np.asarray(eng.prefill_s), sums=sums,
                                      decode_gpu_s=share)
-    memo = {"kv_booked_peak_tokens": eng.kv_booked_peak} if booking else {}
     return ServeRun(setup, requests, tl, dict(eng.stats), memo=memo)
 
 
@@ -103,6 +115,8 @@ def dense_metrics(run: ServeRun) -> dict[str, float]:
     out |= {"kv_pool_gib": setup.kv_pool_gib} | batching_metrics(stats, setup.kv_pool_tokens, recs, tl)
     if "kv_booked_peak_tokens" in run.memo:  # the pool's admission rule (sim.batching.admission)
         out["kv_booked_peak_share"] = run.memo["kv_booked_peak_tokens"] / setup.kv_pool_tokens
+    if "prefix_evicted_tokens" in run.memo:  # a workload of shared prefixes
+        out |= prefix_metrics(recs, run.memo["prefix_evicted_tokens"])
     if len(r):
         tokens = int(r.output_tokens.sum())
         decode_wall = float(r.decode_s.sum())

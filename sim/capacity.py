@@ -230,19 +230,20 @@ def find_capacity(evaluate: Evaluate, goals: Sequence[Goal], seeds: Sequence[int
 
 def axis_of(kind: str, given: str | None, source: str) -> str:
     """The load a workload of ``kind`` is searched over: ``rate_per_s`` (open loop) or ``clients`` (closed)."""
-    natural = {"open": "rate_per_s", "closed": "clients", "agent": "clients"}.get(kind)
+    natural = {"open": "rate_per_s", "closed": "clients", "agent": "clients", "chat": "clients"}.get(kind)
     axis = given or natural
     if axis is None:
         raise ScenarioError(source, "serve.workload.kind", f"{kind!r}: a capacity is searched over an open loop's "
-                            "rate_per_s or a closed loop's clients; expected kind open, closed or agent")
-    if axis == "rate_per_s" and kind != "open" or axis == "clients" and kind not in ("closed", "agent"):
+                            "rate_per_s or a closed loop's clients; expected kind open, closed, agent or chat")
+    if axis == "rate_per_s" and kind != "open" or axis == "clients" and kind not in ("closed", "agent", "chat"):
         raise ScenarioError(source, "serve.workload.kind", f"{kind!r} has no {axis} to search over")
     return axis
 
 
 def scenario_evaluator(path: str, overrides: Sequence, goals: Sequence[Goal], axis: str
-                       ) -> tuple[Evaluate, float, float]:
-    """(evaluate(load, seed), the scenario's own load, its closed-loop ramp) for the scenario at ``path``."""
+                       ) -> tuple[Evaluate, float, float, float]:
+    """(evaluate(load, seed), the scenario's own load, its closed-loop ramp, the highest load worth trying: a
+    closed loop's users at most its requests) for the scenario at ``path``."""
     from sim.config.load import load_scenario
     from sim.runner import run
 
@@ -259,4 +260,5 @@ def scenario_evaluator(path: str, overrides: Sequence, goals: Sequence[Goal], ax
             raise ScenarioError(path, "serve", "nothing is served: a capacity needs a serve section")
         return steady_outcome(res.serving.requests.columns, goals, load, seed, ramp)
 
-    return evaluate, start, ramp
+    ceiling = float(base.serve.requests) if axis == "clients" else 1e6
+    return evaluate, start, ramp, ceiling

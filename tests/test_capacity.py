@@ -157,5 +157,16 @@ def test_capacity_from_catalog_names_and_a_model_config_only(tmp_path):
     res = CliRunner().invoke(main, ["capacity", path, "--goal", "ttft_p99<1s", "--goal", "tpot_p99<50ms", "--seeds",
                                     "2", "--rtol", "0.05", "--json"])
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     assert d["bounded"] and d["capacity"] > 1 and d["low"] <= d["capacity"] <= d["high"]
+
+
+def test_chat_sessions_are_searched_over_users_and_the_text_says_what_they_share():
+    chat = os.path.join(ROOT, "scenarios", "a100_llama3_8b_chat.yaml")
+    res = CliRunner().invoke(main, ["capacity", chat, "--goal", "ttft_p99<1s", "--seeds", "1", "--set",
+                                    "serve.requests=300", "--set", "serve.workload.ramp_s=30", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["axis"] == "clients"
+    text = CliRunner().invoke(main, ["run", chat, "--set", "serve.requests=200"]).output
+    assert "chat clients" in text and "resending the conversation" in text and "shared system prompt" in text
+    assert "prefix cache:" in text and "found cached" in text

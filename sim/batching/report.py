@@ -33,4 +33,8 @@ def batch_lines(m: dict[str, float]) -> list[str]:
     out.append(f"  KV pool {m['kv_pool_gib']:.2f} GiB ({m['kv_pool_tokens']:,.0f} tokens): use mean "
                f"{m['kv_mean_share']:.1%}, peak {m['kv_peak_share']:.1%}{booked}; "
                f"{plural(int(m['kv_preemptions']), 'preemption')}, {plural(int(m['kv_swaps']), 'swap')}")
+    if "prefix_hit_rate" in m:  # a workload with shared prefixes
+        out.append(f"  prefix cache: {m['prefix_hit_rate']:.1%} of prompt tokens found cached (mean "
+                   f"{m['prefix_cached_tokens_mean']:,.0f} a request), {m.get('prefix_evicted_tokens', 0):,.0f} "
+                   "tokens evicted")
     return out

@@ -46,10 +46,11 @@ def capacity(scenario: str, goal_texts: tuple[str, ...], load: str | None, overr
         raise click.UsageError(f"{scenario}: no serve section: a capacity needs a served workload")
     warn_implausible(base, scenario)
     axis = axis_of(base.serve.workload.kind, AXES.get(load) if load else None, scenario)
-    evaluate, start, ramp = scenario_evaluator(scenario, overrides, goals, axis)
+    evaluate, start, ramp, ceiling = scenario_evaluator(scenario, overrides, goals, axis)
     first = base.seed if seed is None else seed
     t0 = time.perf_counter()
-    result = find_capacity(evaluate, goals, list(range(first, first + seeds)), start, axis, rtol=rtol)
+    result = find_capacity(evaluate, goals, list(range(first, first + seeds)), min(start, ceiling), axis, rtol=rtol,
+                           ceiling=ceiling)
     wall = time.perf_counter() - t0
     out = as_dict(result, base.serve.workload.kind, ramp, base.serve.requests, wall)
     click.echo(dumps(out) if as_json else text(out), nl=not as_json)
@@ -93,7 +94,9 @@ def text(d: dict) -> str:
         return f"capacity: no load meets {goals} (tried down to the lowest)\n"
     head = f"capacity: {fmt(d['capacity'])} {unit} meet {goals}"
     if not d["bounded"]:
-        head += " (and more: no load failed up to the search's ceiling)"
+        head += (" (and more: every load met the goals up to the search's ceiling"
+                 + (", one user per request of a run: more requests, --set serve.requests=N, to go further)"
+                    if not rate else ")"))
     lines = [head,
              f"  spread over {len(d['seeds'])} paired seeds: {fmt(d['low'])} to {fmt(d['high'])} {unit}"
              f" ({d['runs']} runs in {d['wall_s']:.1f} s)"]

@@ -20,6 +20,14 @@ def workload_text(scn: Scenario) -> str:
         cap = f", at most {w.lengths_max_tokens:,} tokens" if w.lengths_max_tokens is not None else ""
         lengths = f"lengths from {w.lengths}{cap}"
     requests = plural(sv.requests, "request")
+    shared = ""
+    if w.system_prompt_tokens:
+        shared = (f", after a shared system prompt of {w.system_prompt_tokens:,} tokens"
+                  + (f" (one of {w.system_prompts:,})" if w.system_prompts > 1 else ""))
+    return _workload(sv, w, lengths, requests) + shared
+
+
+def _workload(sv, w, lengths: str, requests: str) -> str:
     if w.kind == "trace":
         return f"trace {w.trace} (first {plural(sv.requests, 'row')}, times x{w.time_scale:g})"
     if w.kind == "open":
@@ -27,9 +35,13 @@ def workload_text(scn: Scenario) -> str:
     if w.kind == "agent":
         return (f"{plural(w.clients, 'agent session')} of {plural(w.turns, 'turn')} (+{w.turn_tokens:,} tokens a "
                 f"turn, earlier context cached), {requests} of {lengths}")
+    ramp = f", started over a {w.ramp_s:g} s ramp" if w.ramp_s > 0 and w.kind != "sequential" else ""
+    if w.kind == "chat":
+        return (f"{plural(w.clients, 'chat client')} (think {w.think_s:g} s{ramp}) in sessions of "
+                f"{plural(w.turns, 'turn')}, each turn resending the conversation so far, {requests} of {lengths}")
     clients = 1 if w.kind == "sequential" else w.clients
     runs = f" in {plural(w.runs, 'run')}" if w.runs > 1 else ""
-    return f"{plural(clients, 'closed-loop client')} (think {w.think_s:g} s), {requests}{runs} of {lengths}"
+    return f"{plural(clients, 'closed-loop client')} (think {w.think_s:g} s{ramp}), {requests}{runs} of {lengths}"
 
 
 def load_lines(scn: Scenario, m: dict[str, float], sequences: int, vram: VramRows, each: str = "",

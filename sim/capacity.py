@@ -211,7 +211,7 @@ class Capacity:
 
     @property
     def runs(self) -> int:
-        return sum(len(s.runs) for s in self.searches) + len(self.at_answer)
+        return sum(len(s.runs) for s in self.searches)
 
 
 def find_capacity(evaluate: Evaluate, goals: Sequence[Goal], seeds: Sequence[int], start: float, axis: str,
@@ -223,7 +223,13 @@ def find_capacity(evaluate: Evaluate, goals: Sequence[Goal], seeds: Sequence[int
     answer = float(np.median(caps))
     if integer:
         answer = float(math.floor(answer))
-    at = [evaluate(answer, seed) for seed in seeds] if answer > 0 else []
+    at: list[Outcome] = []
+    for s in searches if answer > 0 else ():  # a seed that already ran the answer's load is not run again
+        done = next((o for o in s.runs if o.load == answer), None)
+        if done is None:
+            done = evaluate(answer, s.seed)
+            s.runs.append(done)
+        at.append(done)
     return Capacity(axis, list(goals), searches, at, answer, float(caps.min()), float(caps.max()),
                     all(s.bounded for s in searches))
 

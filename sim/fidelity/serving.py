@@ -123,10 +123,14 @@ def scenario_dict(root: str, setup: dict[str, Any], index: dict[str, str], row: 
             "engine": {"model": "m", "gpu": "gpu0", "expert_cache": "auto", "batching": True, "parallel": seqs,
                        "runtime_gib": RUNTIME_GIB, "power": {"busy_w": 100.0, "idle_w": 10.0},
                        "scheduler": scheduler}}},
-        "serve": {"machine": "box", "requests": row.requests, "prompt_tokens": row.prompt,
-                  "output_tokens_min": row.output, "output_tokens_max": row.output,
-                  "workload": {"kind": "closed", "clients": row.clients, "think_s": 0}},
+        "serve": _closed_loop(row),
     }
+
+
+def _closed_loop(row: Row) -> dict[str, Any]:
+    """A row's load: ``clients`` clients with no think time sending its requests of fixed lengths."""
+    return {"machine": "box", "requests": row.requests, "prompt_tokens": row.prompt, "output_tokens_min": row.output,
+            "output_tokens_max": row.output, "workload": {"kind": "closed", "clients": row.clients, "think_s": 0}}
 
 
 def _dense_scenario(path: str, setup: dict[str, Any], fields: dict[str, Any], row: Row) -> dict[str, Any]:
@@ -145,9 +149,7 @@ def _dense_scenario(path: str, setup: dict[str, Any], fields: dict[str, Any], ro
             "gpus": {"gpu0": {"type": m["gpu"]}},
             "engine": {"model": "m", "gpu": "gpu0", "parallel": seqs, "runtime_gib": RUNTIME_GIB,
                        "iteration": {"server": "vllm"}, "scheduler": scheduler}}},
-        "serve": {"machine": "box", "requests": row.requests, "prompt_tokens": row.prompt,
-                  "output_tokens_min": row.output, "output_tokens_max": row.output,
-                  "workload": {"kind": "closed", "clients": row.clients, "think_s": 0}},
+        "serve": _closed_loop(row),
     }
 
 

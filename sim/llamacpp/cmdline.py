@@ -35,6 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.errors import ScenarioError
+from sim.core.shell import ENV as _ENV
+from sim.core.shell import FLOAT as _FLOAT
+from sim.core.shell import INT as _INT
+from sim.core.shell import physical_lines, shell_tail, split_words
 from sim.llamacpp.cmdline_batched import FLAG_ROWS, batched_sizes
 
 SOURCE = "command line"  # the "file" an error names
@@ -120,12 +124,6 @@ _IGNORED = re.compile(r"--(no-)?(dry|xtc|mirostat|dynatemp|log|cors|ssl|reasonin
                       r"tools|sse|slots?|api|json-schema|grammar|samplers?|sampler|sampling|cache-prompt|context-shift|"
                       r"jinja|warmup|perf|escape|top|repeat|system-prompt|typical|interactive|conversation|verbose|"
                       r"embd)(-[a-z-]+)?")  # more flags that change neither speed nor memory (sampling, logs, the UI)
-_SHELL_STOP = {"|", "||", "&&", ";", "&", "|&"}
-_REDIRECT = re.compile(r"(?:[0-9]*|&)(?:>>?|<)(&[0-9-]+)?(.*)")
-_WINDOWS = re.compile(r"(?:^|[\s\"'])[A-Za-z]:\\")  # a drive path: the line is not a POSIX shell's
-_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-_INT = re.compile(r"[+-]?[0-9]{1,12}")  # longer is out of range (and int() of 4300+ digits raises)
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _CTYPE = re.compile(r"[A-Za-z0-9_]+")
 _RANGE = re.compile(r"(-?[0-9]+)(?:-([0-9]+)(?:([+*])([0-9]+))?)?")
 
@@ -250,25 +248,11 @@ def _program_of(token: str) -> str | None:
     return _PROGRAM_NAMES.get(base[:-4] if base.endswith(".exe") else base)
 
 
-def _split(physical: str) -> list[str]:
-    """The words of one line as a POSIX shell reads them (``#`` starts a comment); a Windows line (a drive path such
-    as ``C:\\\\llama``) keeps its backslashes."""
-    lexer = shlex.shlex(physical, posix=True)
-    lexer.whitespace_split, lexer.commenters = True, "#"
-    if _WINDOWS.search(physical):
-        lexer.escape = ""
-    return list(lexer)
-
-
 def _command_tokens(line: str) -> tuple[str, list[str], list[str]]:
     """(program, the words before it, the words after it) of the first line of ``line`` that names a program."""
-    if not isinstance(line, str):
-        raise ScenarioError(SOURCE, "", "expected the command line as text")
-    if len(line) > MAX_LINE_CHARS:
-        raise ScenarioError(SOURCE, "", f"expected at most {MAX_LINE_CHARS} characters, got {len(line)}")
-    for physical in re.sub(r"\\[ \t]*\r?\n", " ", line).split("\n"):
+    for physical in physical_lines(line, SOURCE, MAX_LINE_CHARS):
         try:
-            tokens = _split(physical)
+            tokens = split_words(physical)
         except ValueError as exc:
             if any(_program_of(word) for word in physical.split()):
                 raise ScenarioError(SOURCE, "", f"expected balanced quotes ({exc})") from None
@@ -290,18 +274,6 @@ def _name_of(token: str, table: dict[str, tuple[str, str]]) -> tuple[str, str | 
     if eq and (name.startswith("--") or name in table):
         return name, inline
     return (token.replace("_", "-") if token.startswith("--") else token), None
-
-
-def _shell_tail(args: deque[str], token: str, cmd: LlamaCommand) -> bool:
-    """Keep a pipe or list operator with the rest of the line, or a redirection, in ``ignored``; True if it was."""
-    if token in _SHELL_STOP:
-        cmd.ignored.append(f"{token} {shlex.join(args)}".strip())
-        args.clear()
-        return True
-    redirect = _REDIRECT.fullmatch(token)
-    if redirect:  # 2>&1, >out.txt, > out.txt
-        cmd.ignored.append(token if redirect[1] or redirect[2] or not args else shlex.join([token, args.popleft()]))
-    return bool(redirect)
 
 
 def _apply(args: deque[str], cmd: LlamaCommand, key: str, kind: str, name: str, token: str, inline: str | None,
@@ -358,7 +330,7 @@ def _parse(tokens: list[str], cmd: LlamaCommand, table: dict[str, tuple[str, str
     args, values = deque(tokens), {}
     while args:
         token = args.popleft()
-        if _shell_tail(args, token, cmd):
+        if shell_tail(args, token, cmd.ignored):
             continue
         name, inline = _name_of(token, table)
         key, kind = table.get(name, ("", "ignore" if _IGNORED.fullmatch(name) else ""))

@@ -36,6 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.errors import ScenarioError
+from sim.core.shell import ENV as _ENV
+from sim.core.shell import FLOAT as _FLOAT
+from sim.core.shell import INT as _INT
+from sim.core.shell import SHELL_STOP as _SHELL_STOP
+from sim.core.shell import physical_lines, shell_tail, split_words
 
 SOURCE = "command line"  # the "file" an error names
 MAX_LINE_CHARS = 100_000  # a pasted command line, at most (characters)
@@ -56,14 +61,9 @@ KEYS: dict[str, str] = {  # settings key -> unit (what the output says next to t
 _VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 _SGLANG_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 _BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-_INT = re.compile(r"[+-]?[0-9]{1,12}")
 _HUMAN = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,6})?)([kKmMgG])")  # vLLM's human_readable_int: 1k = 1,000, 1K = 1,024
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _WORD = re.compile(r"[A-Za-z0-9_.:+-]{1,64}")
-_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"python(?:[0-9](?:\.[0-9]{1,2})?)?(?:\.exe)?")
-_SHELL_STOP = {"|", "||", "&&", ";", "&", "|&"}
-_REDIRECT = re.compile(r"(?:[0-9]*|&)(?:>>?|<)(&[0-9-]+)?(.*)")
 
 
 @dataclass
@@ -240,16 +240,10 @@ def _looks_like_flag(token: str) -> bool:
 
 def _split_lines(line: str) -> list[list[str]]:
     """The words of each physical line as a POSIX shell reads them (continuations joined, ``#`` comments)."""
-    if not isinstance(line, str):
-        raise ScenarioError(SOURCE, "", "expected the command line as text")
-    if len(line) > MAX_LINE_CHARS:
-        raise ScenarioError(SOURCE, "", f"expected at most {MAX_LINE_CHARS} characters, got {len(line)}")
     out = []
-    for physical in re.sub(r"\\[ \t]*\r?\n", " ", line).split("\n"):
-        lexer = shlex.shlex(physical, posix=True)
-        lexer.whitespace_split, lexer.commenters = True, "#"
+    for physical in physical_lines(line, SOURCE, MAX_LINE_CHARS):
         try:
-            out.append(list(lexer))
+            out.append(split_words(physical))
         except ValueError as exc:
             raise ScenarioError(SOURCE, "", f"expected balanced quotes ({exc})") from None
     return out
@@ -328,18 +322,6 @@ def _apply(args: deque[str], cmd: ServingCommand, key: str, kind: str, name: str
     cmd.flags[key] = name
 
 
-def _shell_tail(args: deque[str], token: str, cmd: ServingCommand) -> bool:
-    """Keep a pipe, list operator or redirection (and the rest of the line after a pipe) in ``ignored``."""
-    if token in _SHELL_STOP:
-        cmd.ignored.append(f"{token} {shlex.join(args)}".strip())
-        args.clear()
-        return True
-    redirect = _REDIRECT.fullmatch(token)
-    if redirect:
-        cmd.ignored.append(token if redirect[1] or redirect[2] or not args else shlex.join([token, args.popleft()]))
-    return bool(redirect)
-
-
 def parse_command(line: str) -> ServingCommand:
     """The engine, model and settings of a pasted server command line (its first line that names vLLM or SGLang). A
     known flag missing its value or given a bad one raises :class:`ScenarioError` naming the flag."""
@@ -357,7 +339,7 @@ def parse_command(line: str) -> ServingCommand:
         cmd.model = args.popleft()  # vllm serve MODEL (SGLang's serve takes --model-path)
     while args:
         token = args.popleft()
-        if _shell_tail(args, token, cmd):
+        if shell_tail(args, token, cmd.ignored):
             continue
         if cmd.model is None and engine == "vllm" and program.endswith(" serve") and not _looks_like_flag(token):
             cmd.model = token  # argparse takes the positional MODEL after flags too

@@ -1,0 +1,228 @@
+"""The one input layer: every file any command reads (scenario YAML, measured tables, traces, lengths tables, engine
+logs, llama-bench outputs, route traces, model configs and GGUF headers) is opened here, and every number read from
+one is checked against the range its quantity can physically take.
+
+Files. :func:`check_file` refuses, in one line naming the file and the key path, a path with a NUL byte, a missing
+file, a folder, and anything that is not a regular file (a FIFO would hang the reader, ``/dev/zero`` would never
+end); it never opens the path, so a FIFO cannot block. :func:`read_text` then reads at most ``max_bytes`` bytes
+(opened without blocking and checked again on the open descriptor, so a file swapped for a pipe between the two
+checks is still refused), decodes UTF-8 (a leading byte order mark dropped), refuses NUL bytes unless asked not to and
+counts lines against ``max_lines``. :func:`read_head` gives a binary file's first bytes (a GGUF header) and its size.
+
+Values. A :class:`Quantity` names what a number is (a bandwidth in GB/s, a rate in tok/s, a size in bytes), its unit
+and the range it can take with the reason for the bounds; :meth:`Quantity.check` raises a one-line error for a value
+outside it, :meth:`Quantity.problem` returns the reason (for a log line counted as not understood) and
+:meth:`Quantity.parse` reads a table's cell. The bounds are generous on purpose (a machine a hundred times faster than
+any shipped today still fits): they exist to stop 1e300 GB/s or a -1 byte model being taken as data, not to judge
+plausible measurements.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import stat
+from dataclasses import dataclass
+
+from sim.core.errors import ScenarioError
+
+MIB = 2**20
+MAX_TEXT_BYTES = 256 * MIB  # a text input (table, trace, log read whole); the shipped ones: at most 1 MB
+MAX_LINES = 10**7  # lines of a text input read whole
+BOM = "\ufeff"
+
+
+def shown_path(path: object) -> str:
+    """A path as an error shows it: NUL and other control characters escaped, so the line stays one line."""
+    text = os.fsdecode(path) if isinstance(path, bytes | os.PathLike) else str(path)
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in a user's words."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _refuse(path: str, key_path: str, mode: int, what: str) -> ScenarioError:
+    if stat.S_ISDIR(mode):
+        return ScenarioError(shown_path(path), key_path, f"is a directory, expected {what}")
+    return ScenarioError(shown_path(path), key_path, f"not a regular file ({file_kind(mode)}): expected {what}; "
+                         "save it to a file and read that")
+
+
+def check_file(path: str | os.PathLike, key_path: str = "", what: str = "a file") -> os.stat_result:
+    """The ``os.stat`` of ``path`` when it names a regular file; else a one-line :class:`ScenarioError` naming the
+    file and ``key_path``: a NUL byte in the name, not found, a directory, a FIFO, device or socket, no permission.
+    The path is never opened, so a FIFO cannot block."""
+    text = os.fspath(path)
+    if (b"\0" if isinstance(text, bytes) else "\0") in text:
+        raise ScenarioError(shown_path(text), key_path, f"the file name holds a NUL byte: expected {what} by name")
+    try:
+        st = os.stat(text)
+    except FileNotFoundError:
+        raise ScenarioError(shown_path(text), key_path, "file not found") from None
+    except (OSError, ValueError) as exc:
+        raise ScenarioError(shown_path(text), key_path,
+                            f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(text, key_path, st.st_mode, what)
+    return st
+
+
+def _too_big(path: str, key_path: str, what: str, max_bytes: int) -> ScenarioError:
+    size = f"{max_bytes // MIB:,} MiB" if max_bytes >= MIB else f"{max_bytes:,} bytes"
+    return ScenarioError(shown_path(path), key_path, f"larger than {size}: expected {what} of at most {size}")
+
+
+def read_bytes(path: str | os.PathLike, key_path: str = "", what: str = "a file", *,
+               max_bytes: int = MAX_TEXT_BYTES, whole: bool = True) -> tuple[bytes, int]:
+    """(the first bytes of ``path``, its size in bytes): the whole file when ``whole`` (a larger file is refused),
+    else at most ``max_bytes`` (a header). Checked as :func:`check_file`, then again on the open descriptor (opened
+    without blocking: a file swapped for a pipe in between is refused, never waited on)."""
+    text = os.fspath(path)
+    st = check_file(text, key_path, what)
+    if whole and st.st_size > max_bytes:
+        raise _too_big(text, key_path, what, max_bytes)
+    try:
+        fd = os.open(text, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise ScenarioError(shown_path(text), key_path, "file not found") from None
+        raise ScenarioError(shown_path(text), key_path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(text, key_path, st.st_mode, what)
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 8 * MIB))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise ScenarioError(shown_path(text), key_path, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        if whole:  # it grew since it was measured
+            raise _too_big(text, key_path, what, max_bytes)
+        data = data[:max_bytes]
+    return data, st.st_size
+
+
+def read_head(path: str | os.PathLike, key_path: str = "", what: str = "a file",
+              max_bytes: int = MIB) -> tuple[bytes, int]:
+    """(at most ``max_bytes`` bytes from the start of the regular file ``path``, its size in bytes)."""
+    return read_bytes(path, key_path, what, max_bytes=max_bytes, whole=False)
+
+
+def decode_text(data: bytes, path: str, key_path: str = "", what: str = "a text file", *,
+                nul_ok: bool = False, max_lines: int | None = MAX_LINES) -> str:
+    """``data`` as UTF-8 text (a leading byte order mark dropped), refused in one line when it is not text: invalid
+    UTF-8, a NUL byte (unless ``nul_ok``), more than ``max_lines`` lines (``None``: no limit)."""
+    if not nul_ok and (at := data.find(b"\0")) >= 0:
+        raise ScenarioError(shown_path(path), key_path, f"not text (a NUL byte at byte {at:,}): expected {what}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(shown_path(path), key_path, f"not UTF-8 text (byte {exc.start:,}): expected {what}") \
+            from None
+    text = text.removeprefix(BOM)
+    if max_lines is not None:
+        breaks = text.count("\n") + text.count("\r") - text.count("\r\n")
+        if breaks > max_lines:
+            raise ScenarioError(shown_path(path), key_path, f"more than {max_lines:,} lines: expected {what} of at "
+                                f"most {max_lines:,} lines")
+    return text
+
+
+def read_text(path: str | os.PathLike, key_path: str = "", what: str = "a text file", *,
+              max_bytes: int = MAX_TEXT_BYTES, max_lines: int | None = MAX_LINES, nul_ok: bool = False) -> str:
+    """The text of a regular file of at most ``max_bytes`` bytes and ``max_lines`` lines, UTF-8 (a leading byte
+    order mark dropped), without NUL bytes (unless ``nul_ok``). Anything else is one :class:`ScenarioError` naming
+    the file and ``key_path`` and saying what was expected (``what``: "a CSV table", "a YAML file", ...)."""
+    data, _ = read_bytes(path, key_path, what, max_bytes=max_bytes)
+    return decode_text(data, os.fspath(path), key_path, what, nul_ok=nul_ok, max_lines=max_lines)
+
+
+def _g(value: float) -> str:
+    """A bound or value as an error prints it: 10,000 or 1e+300, never 10000.0."""
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:.4g}"
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A kind of number an input holds: its ``unit``, the range it can physically take (``lo`` excluded when
+    ``lo_open``, ``hi`` included) and ``why`` those bounds (for the reader of the code; errors print the range)."""
+
+    name: str
+    unit: str
+    lo: float
+    hi: float
+    why: str
+    lo_open: bool = True
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` cannot be this quantity (one phrase), or None when it can."""
+        try:
+            v = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return f"{value!r} is not a number: expected {self.expected()}"
+        if not math.isfinite(v) or v > self.hi or v < self.lo or (self.lo_open and v == self.lo):
+            return f"{_g(v)} {self.unit}: expected {self.expected()}".replace(" : ", ": ")
+        return None
+
+    def expected(self) -> str:
+        """The range in words: "a bandwidth above 0 and at most 100,000 GB/s"."""
+        low = f"above {_g(self.lo)} and at most" if self.lo_open else f"from {_g(self.lo)} to"
+        return f"{self.name} {low} {_g(self.hi)} {self.unit}".rstrip()
+
+    def check(self, value: float, source: str, key_path: str) -> float:
+        """``value`` as a float when it is in range, else a one-line :class:`ScenarioError` at ``source: key_path``."""
+        reason = self.problem(value)
+        if reason:
+            raise ScenarioError(source, key_path, reason)
+        return float(value)
+
+    def parse(self, raw: str | None, source: str, key_path: str, required: bool = True) -> float | None:
+        """A table cell as this quantity: None when blank and not ``required``, else a float in range or a one-line
+        error."""
+        text = (raw or "").strip()
+        if not text:
+            if required:
+                raise ScenarioError(source, key_path, f"missing value: expected {self.expected()}")
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            raise ScenarioError(source, key_path, f"bad value {text[:40]!r}: expected {self.expected()}") from None
+        return self.check(value, source, key_path)
+
+
+# The quantities inputs hold. Bounds far beyond any machine of today, so that only impossible values are refused.
+BANDWIDTH_GBPS = Quantity("a bandwidth", "GB/s", 0.0, 100_000.0,
+                          "HBM3e is 8 TB/s per GPU, NVLink 5 1.8 TB/s; 100 TB/s is beyond any one device or link")
+TOKENS_PER_S = Quantity("a token rate", "tok/s", 0.0, 10_000_000.0,
+                        "prompt processing of a small model on a B200 is about 1e5 tok/s; 1e7 is beyond any machine")
+SIZE_BYTES = Quantity("a size", "bytes", 0.0, 1e15, "the largest published models are about 2 TB; 1 PB is beyond")
+SIZE_GB = Quantity("a size", "GB", 0.0, 1_000_000.0, "the largest published models are about 2 TB; 1 PB is beyond")
+SECONDS = Quantity("a time", "s", 0.0, 1e7, "about four months: no load, test or request of a measurement lasts longer")
+TOKENS = Quantity("a token count", "tokens", 0.0, 1e9, "contexts are at most about 1e7 tokens; 1e9 is beyond",
+                  lo_open=False)
+PARAMETERS = Quantity("a parameter count", "parameters", 0.0, 1e14, "the largest published models are about 2e12")
+SHARE = Quantity("a share", "", 0.0, 1.0, "a fraction of a whole", lo_open=False)

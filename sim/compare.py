@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.config.load import load_scenario
-from sim.core.errors import ScenarioError, combined
+from sim.config.load import Change, load_scenario
+from sim.core.errors import ScenarioError, combined, cut
 from sim.core.progress import progress
 from sim.core.text import WIDTH, number, unit_of
 from sim.runner import run as run_scenario
@@ -37,16 +37,24 @@ class Case:
         return f"{self.path}{' ' + sets if sets else ''}"
 
 
+BASELINE = "baseline"  # the baseline's name in every output (a column, a row, a JSON key): no variant's
+
+
 def parse_variant(text: str, baseline: Case) -> Case:
     """A ``--vs`` value: a scenario file (``other.yaml``), or changes to the baseline, ``[NAME:] PATH=VALUE[; ...]``
-    (the baseline's own ``--set`` changes first, then these)."""
+    (the baseline's own ``--set`` changes first, then these). A variant may not be named ``baseline`` (the outputs
+    would show two cases of that name); a file ``baseline.yaml`` is named by its file name."""
     if "=" not in text and os.path.isfile(text):
-        return Case(os.path.splitext(os.path.basename(text))[0], text, baseline.overrides)
+        stem = os.path.splitext(os.path.basename(text))[0]
+        return Case(os.path.basename(text) if _is_baseline(stem) else stem, text, baseline.overrides)
     name, sep, rest = text.partition(":")
     if sep and "=" not in name and name.strip():
         label, body = name.strip(), rest
     else:
         label, body = "", text
+    if _is_baseline(label):
+        raise ScenarioError("--vs", cut(text, 80), f"a variant named {label!r}: '{BASELINE}' names the scenario "
+                            "compared against; give the variant another name")
     sets = tuple(s.strip() for s in body.split(";") if s.strip())
     if not sets:
         raise ScenarioError("--vs", "", f"'{text}': expected a scenario file, or changes PATH=VALUE[; PATH=VALUE...] "
@@ -56,7 +64,13 @@ def parse_variant(text: str, baseline: Case) -> Case:
             if s.endswith((".yaml", ".yml")):
                 raise ScenarioError(s, "", "file not found")
             raise ScenarioError("--vs", s, "expected PATH=VALUE (or a scenario file that exists)")
-    return Case(label or "; ".join(sets), baseline.path, baseline.overrides + sets)
+    named = f"{label}: " if label else ""
+    changes = tuple(Change(s, f"--vs {cut(named + s, 120)}", "--vs") for s in sets)  # errors name the --vs
+    return Case(label or "; ".join(sets), baseline.path, baseline.overrides + changes)
+
+
+def _is_baseline(label: str) -> bool:
+    return label.strip().casefold() == BASELINE
 
 
 @dataclass
@@ -98,12 +112,22 @@ def compare(baseline: Case, variants: Sequence[Case], seeds: Sequence[int],
 
 
 def _unique_labels(variants: Sequence[Case]) -> list[Case]:
-    """The variants, a label given twice numbered (``lru``, ``lru (2)``): tables and JSON key variants by label."""
+    """The variants, a label given twice numbered (``lru``, ``lru (2)``, never one given or the baseline's): tables
+    and JSON key variants by label."""
+    taken = {BASELINE} | {c.label for c in variants}
     seen: dict[str, int] = {}
     out = []
     for c in variants:
         seen[c.label] = seen.get(c.label, 0) + 1
-        out.append(c if seen[c.label] == 1 else Case(f"{c.label} ({seen[c.label]})", c.path, c.overrides))
+        if seen[c.label] == 1 and c.label != BASELINE:
+            out.append(c)
+            continue
+        k = seen[c.label]
+        while f"{c.label} ({k})" in taken:
+            k += 1
+        seen[c.label] = k
+        taken.add(f"{c.label} ({k})")
+        out.append(Case(f"{c.label} ({k})", c.path, c.overrides))
     return out
 
 
@@ -204,9 +228,14 @@ def _change(r: dict, factor: float, unit: str) -> str:
 
 
 
-def _column_name(label: str, i: int) -> str:
-    """A variant's column head: its label when that fits, else its number."""
-    return label if len(label) <= 11 else f"variant {i + 1}"
+def _column_names(variants: Sequence[Case]) -> list[str]:
+    """The variants' column heads: a label when it fits, else the variant's number (``variant 2``); a head that would
+    repeat another (or the baseline's) is the number too."""
+    heads = [c.label if len(c.label) <= 11 and c.label != BASELINE else f"variant {i + 1}"
+             for i, c in enumerate(variants)]
+    while len(set(heads)) < len(heads):  # a label such as 'variant 2' met a number: numbers are distinct
+        heads = [h if heads.count(h) == 1 else f"variant {i + 1}" for i, h in enumerate(heads)]
+    return heads
 
 
 def _wrapped(title: str, case: Case) -> list[str]:
@@ -243,8 +272,8 @@ def text(cmp: Comparison, patterns: Sequence[str] = (), show_all: bool = False) 
         name = m if len(m) <= name_w - 2 else m[: name_w - 3] + "~"
         left.append(f"{name:<{name_w}}{unit:<8}{number(by_metric[m][0]['baseline'] * factor):>12}")
         cells.append([(number(r["value"] * factor), _change(r, factor, unit)) for r in by_metric[m]])
-    widths = [max([len(_column_name(c.label, i)), 8] + [len(row[i][0]) for row in cells]) + 2
-              for i, c in enumerate(cmp.variants)]
+    heads = _column_names(cmp.variants)
+    widths = [max([len(heads[i]), 8] + [len(row[i][0]) for row in cells]) + 2 for i in range(len(cmp.variants))]
     change_w = [max([6] + [len(row[i][1]) for row in cells]) + 2 for i in range(len(cmp.variants))]
     start = 0
     while start < len(cmp.variants):
@@ -255,7 +284,7 @@ def text(cmp: Comparison, patterns: Sequence[str] = (), show_all: bool = False) 
         lines.append("")
         head = f"{'metric':<{name_w}}{'unit':<8}{'baseline':>12}"
         for i in range(start, end):
-            head += f"{_column_name(cmp.variants[i].label, i):>{widths[i]}}  {'change':<{change_w[i] - 2}}"
+            head += f"{heads[i]:>{widths[i]}}  {'change':<{change_w[i] - 2}}"
         lines.append(head.rstrip())
         for k, row in enumerate(cells):
             line = left[k]

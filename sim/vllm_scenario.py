@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from sim.core.errors import ScenarioError, SimulationError
+from sim.core.inputs import read_text
 from sim.serving.cmdline import ServingCommand
 from sim.serving.engine_defaults import CURRENT, FROM_POOL, NAMES, Gpu, Resolved, resolve
 
 MODELS = Path(__file__).resolve().parents[1] / "calibration" / "models"
 MACHINE = "box"
+MAX_CONFIG_BYTES = 16 * 2**20  # a model's config.json (bytes; the shipped ones: at most 20 KB)
 MAX_BUDGET = 1_000_000  # the scheduler's largest token budget (sim.config.engine.Scheduler)
 _AWQ_GPTQ = {"awq": "awq", "awq_marlin": "awq", "gptq": "gptq", "gptq_marlin": "gptq", "marlin": "gptq"}
 _DTYPES = {"half": "F16", "float16": "F16", "bfloat16": "BF16", "float": "F32", "float32": "F32"}
@@ -94,8 +96,13 @@ def _shown(path: str) -> str:
 
 
 def _config(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        doc = json.load(fh)
+    """A model's config.json as a mapping (read through :mod:`sim.core.inputs`); a one-line error when it is not a
+    readable JSON file. What it holds is checked by :func:`read_geometry`."""
+    text = read_text(path, "--model", "a model's config.json", max_bytes=MAX_CONFIG_BYTES)
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ScenarioError(path, "--model", f"not JSON ({str(exc)[:120]}): expected a model's config.json") from None
     return doc if isinstance(doc, dict) else {}
 
 

@@ -94,9 +94,9 @@ def test_grid_zip_and_linked_axes(tmp_path):
     assert [round(t.scenario.gpus["rtx5090"].vram_gib, 3) for t in tasks] == [13.808, 17.808]
 
 
-def test_bad_axis_values_name_the_set():
+def test_bad_axis_values_name_the_axis():
     plan = build_plan(GEN3, ["machines.strata_box.engine.policy=static,fifo"], False, None, None, FAST)
-    with pytest.raises(ScenarioError, match=r"--set machines.strata_box.engine.policy=\"fifo\""):
+    with pytest.raises(ScenarioError, match=r"\(--axis machines.strata_box.engine.policy=\"fifo\"\)"):
         prepare_tasks(plan, 0)
 
 

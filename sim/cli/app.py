@@ -3,18 +3,94 @@ the common options, ``--quiet``."""
 
 from __future__ import annotations
 
+import errno
 import functools
+import io
 import os
 import sys
 
 import click
 
-from sim.core.errors import ScenarioError, SimulationError
+from sim.core.errors import ScenarioError, SimulationError, cut
+
+MAX_USAGE_CHARS = 500  # of a usage error (a bad option value is quoted in it), cut in the middle beyond
+READER_GONE = 128 + 13  # exit status when stdout's reader went away: 128 + SIGPIPE, as the shell reports `yes | head`
 
 
 def fail(message: str, code: int) -> None:
     click.echo(f"sim: error: {message}", err=True)
     sys.exit(code)
+
+
+class StdoutClosed(Exception):
+    """The reader of stdout went away (EPIPE: ``sim run ... | head -1``): the rest of the output is not wanted."""
+
+
+class StdoutError(OSError):
+    """stdout cannot be written for another reason (closed with ``>&-``, a full disk): ``filename`` is "stdout"."""
+
+
+class _Stdout(io.RawIOBase):
+    """File descriptor 1 (None: closed when sim started), its write errors named: EPIPE raises
+    :class:`StdoutClosed`, any other error :class:`StdoutError`. After the first error every write is dropped (the
+    output is lost already), so that flushing at exit cannot raise again."""
+
+    def __init__(self, fd: int | None):
+        super().__init__()
+        self._fd = fd
+        self._failed = False
+        self.name = "<stdout>"
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self._fd is not None and os.isatty(self._fd)
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise OSError(errno.EBADF, "stdout is closed")
+        return self._fd
+
+    def write(self, data) -> int:  # bytes-like (bytes, bytearray or memoryview)
+        if self._failed:
+            return len(data)
+        try:
+            if self._fd is None:
+                raise OSError(errno.EBADF, "Bad file descriptor (stdout is closed)")
+            return os.write(self._fd, data)
+        except OSError as exc:
+            self._failed = True
+            if exc.errno == errno.EPIPE:
+                raise StdoutClosed() from None
+            raise StdoutError(exc.errno, exc.strerror or str(exc), "stdout") from None
+
+
+def guard_stdout() -> None:
+    """Make sys.stdout name its failures (see :class:`_Stdout`); a closed file descriptor 1 is held on /dev/null, so
+    no file sim opens takes its place. Not when stdout is already replaced (a test capturing it)."""
+    out = sys.stdout
+    if out is not sys.__stdout__:  # replaced already: by a test's capture, or by this function
+        return
+    fd = None
+    if out is not None:
+        try:
+            out.flush()
+            fd = out.fileno()
+            os.fstat(fd)
+        except (OSError, ValueError):
+            fd = None
+    if fd is None:
+        try:
+            held = os.open(os.devnull, os.O_WRONLY)
+            if held != 1:
+                os.dup2(held, 1)
+                os.close(held)
+        except OSError:
+            pass
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_Stdout(fd)), encoding=getattr(out, "encoding", None) or "utf-8",
+                                  errors=getattr(out, "errors", None) or "strict",
+                                  line_buffering=bool(getattr(out, "line_buffering", False)))
 
 
 def user_errors(fn):
@@ -32,8 +108,9 @@ def user_errors(fn):
         except SimulationError as exc:
             scenario = kwargs.get("scenario")
             fail(f"{scenario}: {exc}" if scenario else str(exc), 1)
-        except OSError as exc:  # writing --out or a calibration file
-            fail(f"{exc.filename or ''}: cannot write: {exc.strerror or exc}", 2)
+        except OSError as exc:  # writing --out, a calibration file or stdout (StdoutError, named "stdout")
+            where = f"{exc.filename}: " if exc.filename else ""
+            fail(f"{where}cannot write: {exc.strerror or exc}", 2)
 
     return wrapper
 
@@ -134,15 +211,20 @@ class OneLineErrors(click.Group):
         from sim.core.progress import set_enabled
 
         set_enabled(None)  # a progress display when stderr is a terminal, unless the command says --quiet
+        guard_stdout()
         kwargs.pop("standalone_mode", None)
         try:
             return super().main(*args, standalone_mode=False, **kwargs)
+        except StdoutClosed:  # the reader went away (| head): end quietly, as a tool killed by SIGPIPE does
+            sys.exit(READER_GONE)
+        except StdoutError as exc:
+            fail(f"stdout: cannot write: {exc.strerror}", 2)
         except click.exceptions.NoArgsIsHelpError as exc:  # plain `sim`: the help, as --help prints it
             click.echo(exc.ctx.get_help() if exc.ctx else self.get_help(click.Context(self)))
             sys.exit(0)
         except click.UsageError as exc:
             where = f"{exc.ctx.command_path}: " if exc.ctx else ""
-            fail(where + exc.format_message().replace("\n", " "), 2)
+            fail(cut(where + exc.format_message(), MAX_USAGE_CHARS), 2)  # one short line, however long the value
         except click.exceptions.Exit as exc:  # --help
             sys.exit(exc.exit_code)
         except click.Abort:

@@ -10,7 +10,11 @@ import click
 from sim.catalog import KINDS, closest, entries, host_dram_gbps
 from sim.catalog.store import FILE_KEYS, similarity
 from sim.cli.app import fail, main
+from sim.core.errors import cut
+from sim.core.inputs import shown_path
 from sim.core.text import WIDTH, table, wrap
+
+MAX_NAME_CHARS = 80  # of a name an error quotes (cut in the middle beyond)
 
 TITLES = {"gpus": "GPUs", "hosts": "hosts", "links": "links"}
 DERIVED = "derived, not stored: channels x 8 bytes x mt_s / 1000"
@@ -182,7 +186,7 @@ def lookup(name: str, kinds: tuple[str, ...]) -> tuple[str, str]:
         hint = f"did you mean '{guess}'" + ("" if len(kinds) == 1 else f" ({kind})") + "?"
     else:
         hint = "`sim catalog" + (f" --kind {kinds[0]}" if len(kinds) == 1 else "") + "` lists the ids"
-    fail(f"catalog: {where} '{name}'; {hint}", 2)
+    fail(f"catalog: {where} '{cut(shown_path(name), MAX_NAME_CHARS)}'; {hint}", 2)  # one short line, any name
     raise AssertionError("unreachable")  # fail exits
 
 

@@ -6,7 +6,18 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat
 
-from sim.config.base import MAX_GBPS, MAX_GIB, MAX_MIB, MAX_TOK_S, MIN_FRACTION, MIN_GBPS, MIN_TOK_S, Strict, input_file
+from sim.config.base import (
+    MAX_GBPS,
+    MAX_GIB,
+    MAX_MIB,
+    MAX_S,
+    MAX_TOK_S,
+    MIN_FRACTION,
+    MIN_GBPS,
+    MIN_TOK_S,
+    Strict,
+    input_file,
+)
 from sim.config.llamacpp import LlamaCpp
 
 
@@ -35,23 +46,25 @@ class StepCost(Strict):
     cpu_budget_s: float | None = Field(
         None, ge=0, le=0.1, description="CPU time per layer the engine gives missed experts in host RAM: the CPU "
         "computes the misses it finishes within it, the rest cross PCIe (s).")
-    dense_s: float | None = Field(None, gt=0, description="GPU time of a verification step outside routed experts, "
-                                  "without the KV reads (s). Default: derived from the card's specs.")
-    gpu_expert_s: float | None = Field(None, ge=0, description="GPU time per resident expert a step touches (s). "
-                                       "Default: its bytes over the card's memory bandwidth.")
-    cpu_expert_s: float | None = Field(None, gt=0, description="Host CPU time per missed expert it computes (s). "
-                                       "Default: its bytes over the host's DRAM bandwidth.")
+    dense_s: float | None = Field(None, gt=0, le=MAX_S, description="GPU time of a verification step outside routed "
+                                  "experts, without the KV reads (s). Default: derived from the card's specs.")
+    gpu_expert_s: float | None = Field(None, ge=0, le=MAX_S, description="GPU time per resident expert a step "
+                                       "touches (s). Default: its bytes over the card's memory bandwidth.")
+    cpu_expert_s: float | None = Field(None, gt=0, le=MAX_S, description="Host CPU time per missed expert it "
+                                       "computes (s). Default: its bytes over the host's DRAM bandwidth.")
     pcie_latency_s: float | None = Field(
-        None, ge=0, description="Fixed cost of a layer that reads experts over PCIe (s).")
+        None, ge=0, le=MAX_S, description="Fixed cost of a layer that reads experts over PCIe (s).")
     graph_break_s: float | None = Field(
-        None, ge=0, description="Cost per step of running eagerly, off the fused GPU path, after a PCIe read (s).")
+        None, ge=0, le=MAX_S, description="Cost per step of running eagerly, off the fused GPU path, after a PCIe read "
+        "(s).")
     link_share: float = Field(
         1.0, ge=MIN_FRACTION, le=1, description="Share of the link's host->GPU copy rate expert reads get (fraction).")
     break_idle_share: float = Field(
         0.0, ge=0, le=1, description="Share of graph_break_s with no kernel on the GPU (launch gaps) (fraction).")
     break_mode: Literal["sticky", "per_step"] = Field(
         "sticky", description="sticky: a request runs eagerly from its first PCIe read on; per_step: steps that read.")
-    host_s: float = Field(0.0, ge=0, description="Host time per step with the GPU idle (sampling, scheduling) (s).")
+    host_s: float = Field(0.0, ge=0, le=MAX_S, description="Host time per step with the GPU idle (sampling, "
+                          "scheduling) (s).")
 
 
 class Power(Strict):
@@ -140,7 +153,7 @@ class Iteration(Strict):
         None, ge=MIN_FRACTION, le=1, description="Share of the card's tensor throughput an iteration's arithmetic gets "
         "(fraction).")
     overhead_s: float | None = Field(
-        None, ge=0, description="Fixed time per iteration: scheduling, sampling, kernel launches (s).")
+        None, ge=0, le=MAX_S, description="Fixed time per iteration: scheduling, sampling, kernel launches (s).")
     token_budget: int = Field(
         512, gt=0, le=1_000_000, description="Tokens one iteration processes at most (chunked prefill, as Sarathi "
         "schedules): every decoding sequence's token first, then prefill chunks fill the rest.")

@@ -5,6 +5,7 @@ hashed into a sweep's run key without being listed anywhere else."""
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 from pydantic import BaseModel
@@ -54,3 +55,33 @@ def input_file_slots(raw: dict) -> list[tuple[dict, str, str]]:
 def input_files(raw: dict) -> list[tuple[str, str]]:
     """(dotted path, file) of every input file a resolved scenario mapping names."""
     return [(path, parent[key]) for parent, key, path in input_file_slots(raw) if isinstance(parent[key], str)]
+
+
+# what each input file is, in a user's words (by the schema's dotted path); a model file may also be a folder
+INPUT_FILE_KINDS = {"models.*.file": "a model file (a config.json, a folder holding one, or a .gguf)",
+                    "models.*.moe.routing.trace": "a route trace (CSV or JSONL)",
+                    "machines.*.engine.iteration.operators": "a CSV table of profiled operator times",
+                    "serve.workload.trace": "a trace CSV", "serve.workload.lengths": "a CSV table of lengths"}
+FOLDER_OK = frozenset({"models.*.file"})  # a Hugging Face model's folder, holding its config.json
+
+
+def check_input_files(raw: dict, source: str) -> None:
+    """Every input file a resolved scenario mapping names is a regular file that exists (or, for a model, a
+    folder), its name without a NUL byte: :func:`sim.core.inputs.check_file`, which never opens it (a FIFO cannot
+    block). A problem is one line at ``source: key.path`` naming the file (every one of them, when several)."""
+    from sim.core.errors import ScenarioError, combined
+    from sim.core.inputs import check_file
+
+    errors = []
+    for pattern in input_file_fields():
+        what = INPUT_FILE_KINDS.get(pattern, "a file")
+        for parent, key, where in _matches(raw, pattern.split("."), ""):
+            path = parent[key]
+            if not isinstance(path, str) or (pattern in FOLDER_OK and os.path.isdir(path)):
+                continue
+            try:
+                check_file(path, where, what)
+            except ScenarioError as exc:
+                errors.append(ScenarioError(source, where, f"{exc.source}: {exc.problem}"))
+    if errors:
+        raise combined(errors)

@@ -17,12 +17,13 @@ from sim.config.base import Strict
 from sim.config.calibrate import Calibrate
 from sim.config.checks import cross_reference_errors
 from sim.config.defaults import fill_defaults
-from sim.config.files import input_file_slots
+from sim.config.files import check_input_files, input_file_slots
 from sim.config.messages import format_validation_error, short
 from sim.config.paths import get_dotted, parse_set, set_dotted
 from sim.config.scenario import Scenario
 from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError, combined, each_error
+from sim.core.inputs import check_file
 
 
 class _CalibrateOnly(Strict):
@@ -41,11 +42,34 @@ def read_calibrate(path: str) -> Calibrate:
 
 @dataclass
 class _Origin:
-    """Where a value at ``path`` came from, to blame the right file or --set in an error."""
+    """Where a value at ``path`` came from, to blame the right file or --set in an error: ``label`` is what the user
+    wrote (``--set PATH=VALUE``, ``--axis NAME=VALUE``, a sweep file's key; None for a calibration file), ``via`` the
+    option or file it came through (``--set``, ``--axis``, ``--vs``, a sweep file)."""
 
     path: str
     source: str
     created: str | None = None
+    label: str | None = None
+    via: str = "--set"
+
+
+class Change(str):
+    """A ``--set`` string (``dotted.path=YAML value``) that knows where the user wrote it, so that an error names
+    that and not a ``--set`` never given: ``label`` (``--axis NAME=VALUE``, ``SWEEP axes.NAME=VALUE``, ``--vs
+    NAME: PATH=VALUE``) and ``via`` (``--axis``, ``--vs``, the sweep file). As text it is the ``--set`` string itself:
+    what is stored, hashed or printed of it does not change."""
+
+    label: str
+    via: str
+
+    def __new__(cls, text: str, label: str, via: str) -> Change:
+        obj = super().__new__(cls, text)
+        obj.label, obj.via = label, via
+        return obj
+
+    def __reduce__(self) -> tuple:
+        """Pickled with its label (a process pool sends a sweep's points to its workers)."""
+        return (Change, (str(self), self.label, self.via))
 
 
 def _apply_calibrations(raw: dict, source: str) -> list[_Origin]:
@@ -59,6 +83,10 @@ def _apply_calibrations(raw: dict, source: str) -> list[_Origin]:
         if not isinstance(rel, str):
             raise ScenarioError(source, f"calibrations.{i}", f"bad value {short(rel)}: expected a file path")
         cal_path = os.path.relpath(os.path.normpath(os.path.join(base_dir, rel)))
+        try:
+            check_file(cal_path, f"calibrations.{i}", "a calibration file")
+        except ScenarioError as exc:
+            raise ScenarioError(source, exc.path, f"{exc.source}: {exc.problem}") from None
         cal = read_yaml(cal_path)
         params = cal.get("parameters") if isinstance(cal, dict) else None
         if not isinstance(params, dict):
@@ -78,12 +106,23 @@ def override_path(o: Override) -> str:
     return o[0] if isinstance(o, tuple) else o.split("=", 1)[0].strip()
 
 
-def _override(o: Override) -> tuple[str, str, Any]:
-    """(how errors name it, path, value) of a ``--set`` string or a (path, value) pair."""
+def _override(o: Override) -> tuple[str, str, Any, str]:
+    """(how errors name it, path, value, the option it came through) of a ``--set`` string, a :class:`Change` or a
+    (path, value) pair."""
+    if isinstance(o, Change):
+        return (o.label, *parse_set(o, o.via), o.via)
     if isinstance(o, str):
-        return (o, *parse_set(o))
+        return (f"--set {o}", *parse_set(o), "--set")
     key, value = o
-    return f"{key}={json.dumps(value, default=str)}", key, copy.deepcopy(value)
+    return f"--set {key}={_json(value)}", key, copy.deepcopy(value), "--set"
+
+
+def _json(value: Any) -> str:
+    """``value`` as JSON for a message (an integer too long to print shown by its size)."""
+    try:
+        return json.dumps(value, default=str)
+    except (ValueError, TypeError):
+        return short(value)
 
 
 def load_scenario(path: str, overrides: Iterable[Override] = ()) -> tuple[Scenario, dict]:
@@ -99,17 +138,18 @@ def load_scenario(path: str, overrides: Iterable[Override] = ()) -> tuple[Scenar
     sets = [_override(o) for o in overrides]
     early = [s for s in sets if s[1].split(".")[0] == "calibrations"]  # which calibrations apply is set first
     origins: list[_Origin] = []
-    for expr, key, value in early:
-        set_dotted(resolved, key, value, f"{path} (--set {expr})")
+    for label, key, value, _ in early:
+        set_dotted(resolved, key, value, f"{path} ({label})")
     origins += _apply_calibrations(resolved, path)
-    for expr, key, value in sets:
-        if (expr, key, value) not in early:
-            label = f"{path} (--set {expr})"
-            origins.append(_Origin(key, label, set_dotted(resolved, key, value, label)))
+    for label, key, value, via in sets:
+        if (label, key, value, via) not in early:
+            source = f"{path} ({label})"
+            origins.append(_Origin(key, source, set_dotted(resolved, key, value, source), label, via))
     for parent, key, where in input_file_slots(resolved):
-        if not any(k == where or where.startswith(k + ".") for _, k, _ in sets):  # a --set path: from the cwd
+        if not any(k == where or where.startswith(k + ".") for _, k, _, _ in sets):  # a --set path: from the cwd
             _resolve_relative(parent, key, path)
     try:
+        check_input_files(resolved, path)
         filled = fill_defaults(resolved, path)
         scenario = validate(resolved, path)
         scenario._defaults = tuple(filled)
@@ -137,12 +177,12 @@ def _blame(exc: ScenarioError, origins: list[_Origin], resolved: dict) -> Scenar
                 parent, _, name = o.created.rpartition(".")
                 siblings = [k for k in get_dotted(resolved, parent)[1] if k != name]
                 hint = difflib.get_close_matches(name, siblings, n=1)
-                problem += f" (--set created a new entry '{name}' under {parent}" + (
+                problem += f" ({o.via} created a new entry '{name}' under {parent}" + (
                     f"; did you mean '{hint[0]}'?)" if hint else ")")
             return ScenarioError(o.source, exc.path, problem)
-    sets = [o.source.split("(--set ", 1)[1].rstrip(")") for o in origins if "(--set " in o.source]
-    if sets:  # not attributable to one override, but the overrides may be why
-        return ScenarioError(f"{exc.source} (with --set {' --set '.join(sets)})", exc.path, exc.problem)
+    labels = [o.label for o in origins if o.label is not None]
+    if labels:  # not attributable to one override, but the overrides may be why
+        return ScenarioError(f"{exc.source} (with {' '.join(labels)})", exc.path, exc.problem)
     return exc
 
 
@@ -167,7 +207,8 @@ def _fold_created(errors: list[ScenarioError], origins: list[_Origin]) -> list[S
         e = out[i]
         parent, _, name = created.rpartition(".")
         hint = e.problem.split("did you mean ", 1)[1].rstrip(")") if "did you mean " in e.problem else ""
-        out[i] = ScenarioError(e.source, created, f"--set created a new entry '{name}' under {parent}, which lacks "
+        via = next(o.via for o in origins if o.created == created)
+        out[i] = ScenarioError(e.source, created, f"{via} created a new entry '{name}' under {parent}, which lacks "
                                f"the required {', '.join(lacks)}" + (f"; did you mean {hint}" if hint else ""))
     return out
 

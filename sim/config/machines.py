@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, PositiveFloat, model_validator
+from pydantic import Field, model_validator
 
-from sim.config.base import MAX_GBPS, MAX_GIB, MAX_MIB, MIN_FRACTION, MIN_GBPS, Gen, Lanes, Strict
+from sim.config.base import MAX_GBPS, MAX_GIB, MAX_MIB, MAX_TOK_S, MIN_FRACTION, MIN_GBPS, Gen, Lanes, Strict
 from sim.config.engine import Engine
 
 
@@ -80,7 +80,8 @@ class LoadingConfig(Strict):
     chunk_mib: float = Field(256.0, ge=1, le=MAX_MIB,
         description="Size of one chunk moved through the stages (MiB); chunks are "
         "also cut where one GPU's share of the model ends.")
-    buffer_chunks: int = Field(2, ge=1, description="Chunks each pipelined buffer holds between two stages.")
+    buffer_chunks: int = Field(2, ge=1, le=100_000, description="Chunks each pipelined buffer holds between two "
+                               "stages (at most 100,000: the chunks of the largest load, sim.config.checks).")
     mmap: MmapByOs = Field(MmapByOs(), description="Costs of memory-mapped reads per operating system (loaders of "
                            "the mmap kinds).")
     copy_share_of_dram: float = Field(
@@ -227,7 +228,7 @@ class Loader(Strict):
     s_per_gb: float | None = Field(
         None, ge=0, description="Host-side loader cost per decimal GB (s/GB) beyond the copies the kind makes. "
         "generic: required, here or from a calibration; other kinds: default 0.")
-    s_per_tensor: float | None = Field(None, ge=0, description="Host-side loader cost per tensor (s). Default 0: "
+    s_per_tensor: float | None = Field(None, ge=0, le=1, description="Host-side loader cost per tensor (s). Default 0: "
         "no public measurement separates it from the per-byte costs.")
     copy_gbps: float | None = Field(None, ge=MIN_GBPS, le=MAX_GBPS,
         description="Host memory copy bandwidth (GB/s of payload, memcpy of a large buffer) the kind's copies run "
@@ -279,7 +280,7 @@ class Machine(Strict):
         description="Unified memory the GPU may allocate (GiB): macOS's iogpu.wired_limit_mb, Linux's amdgpu GTT "
         "(amdgpu.gttsize, ttm.pages_limit) with the BIOS carve-out. With a GPU entry the default is the platform's "
         "rule applied to host.ram_gib (sim.config.unified); without one (a loading-only machine) required.")
-    decode_tok_s: dict[str, PositiveFloat] = Field(
+    decode_tok_s: dict[str, Annotated[float, Field(gt=0, le=MAX_TOK_S)]] = Field(
         default_factory=dict, description="Measured decode rate per model key (tokens/s).")
     decode_jitter_cv: float = Field(
         0.0, ge=0, description="Coefficient of variation of a job's realised decode rate around the table value.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from sim.config.base import MAX_KIB, MAX_MIB, MIN_KIB, Strict, input_file
+from sim.config.base import MAX_KIB, MAX_MIB, MAX_TENSORS, MIN_KIB, Strict, input_file
 
 MAX_WEIGHTS_GIB = 65536  # weights of a model (GiB)
 
@@ -98,6 +98,6 @@ class ModelSpec(Strict):
     quant: str | None = Field(None, description="Quantization of a config.json model (Q4_K_M, Q8_0, BF16, MXFP4, ...); "
                               "a GGUF file's tensors carry their own types (quant is then an error).")
     weights_gib: float = Field(gt=0, le=MAX_WEIGHTS_GIB, description="Bytes of weights to load (GiB).")
-    tensors: int = Field(0, ge=0, description="Tensors in the weight files (loader per-tensor cost).")
+    tensors: int = Field(0, ge=0, le=MAX_TENSORS, description="Tensors in the weight files (loader per-tensor cost).")
     moe: Moe | None = Field(None, description="Mixture-of-experts geometry, when the model has routed experts.")
     dense: Dense | None = Field(None, description="Dense geometry, for serving it with a continuous-batching engine.")

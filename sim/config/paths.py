@@ -8,7 +8,7 @@ from typing import Any
 from sim.config.messages import inner_model, short
 from sim.config.scenario import Scenario
 from sim.config.yaml_io import parse_scalar
-from sim.core.errors import ScenarioError
+from sim.core.errors import ScenarioError, cut
 
 
 def number_at(value: Any) -> float | None:
@@ -17,11 +17,14 @@ def number_at(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond what a float holds (from Python: files refuse it)
+            return None
     if isinstance(value, str):
         try:
             return float(value)
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
     return None
 
@@ -107,10 +110,11 @@ def schema_kind(parts: list[str]) -> str | None:
     return kind
 
 
-def parse_set(expr: str) -> tuple[str, Any]:
+def parse_set(expr: str, source: str = "--set") -> tuple[str, Any]:
     """``a.b.c=value`` -> (path, value) with the value read as the scenario file reads YAML (1.2: numbers such as
-    ``30e-6``, booleans, lists, maps; see :func:`sim.config.yaml_io.parse_scalar`)."""
+    ``30e-6``, booleans, lists, maps; see :func:`sim.config.yaml_io.parse_scalar`). A problem is one line at
+    ``source`` (what the user wrote: ``--set``, ``--vs``, ``--axis NAME``) and the expression."""
     if "=" not in expr:
-        raise ScenarioError("--set", expr, "expected dotted.path=value")
+        raise ScenarioError(source, expr, "expected dotted.path=value")
     path, raw = expr.split("=", 1)
-    return path.strip(), parse_scalar(raw)
+    return path.strip(), parse_scalar(raw, source, cut(expr, 80))

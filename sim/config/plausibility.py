@@ -10,13 +10,12 @@ default is on, and a default says nothing) for a served workload that can never 
 
 from __future__ import annotations
 
-import os
-import stat
-
 from sim.config.links import link_info
 from sim.config.machines import Machine
 from sim.config.models import ModelSpec
 from sim.config.scenario import Scenario, engine_kind
+from sim.core.errors import ScenarioError
+from sim.core.inputs import check_file
 from sim.core.units import GB, GIB, MIB
 
 MARGIN = 1.02  # figures are quoted to 3-4 digits: a bound is broken only by more than this
@@ -167,9 +166,10 @@ def _prefix_caching(s: Scenario) -> list[tuple[str, str]]:
 
 def _trace_has_cached(path: str | None) -> bool:
     """The trace's header names a ``cached_tokens`` column (True when it cannot be read here: the run says why)."""
+    if path is None:
+        return True
     try:
-        if path is None or not stat.S_ISREG(os.stat(path).st_mode):
-            return True
+        check_file(path, "serve.workload.trace", "a trace CSV")  # a regular file (never a FIFO), no NUL in its name
         with open(path, encoding="utf-8-sig", errors="replace") as fh:
             for _ in range(1000):  # comment lines before the header, each read up to 64 KiB
                 line = fh.readline(65536)
@@ -177,6 +177,6 @@ def _trace_has_cached(path: str | None) -> bool:
                     return False
                 if line.strip() and not line.startswith("#"):
                     return "cached_tokens" in line
-    except OSError:
+    except (OSError, ScenarioError):
         return True
     return True

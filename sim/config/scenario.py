@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr
 
-from sim.config.base import Strict
+from sim.config.base import MAX_JOB_TOKENS, MAX_S, Strict
 from sim.config.calibrate import Calibrate, InputSpread
 from sim.config.engine import Engine
 from sim.config.llamacpp import Bench
@@ -39,8 +39,8 @@ class Dispatch(Strict):
 
 class Job(Strict):
     model: str
-    tokens: int = Field(ge=0, description="Tokens to generate (0: only make the model resident).")
-    arrival_s: float = Field(0.0, ge=0, description="When the job is submitted (s).")
+    tokens: int = Field(ge=0, le=MAX_JOB_TOKENS, description="Tokens to generate (0: only make the model resident).")
+    arrival_s: float = Field(0.0, ge=0, le=MAX_S, description="When the job is submitted (s).")
     resident_on: list[str] | None = Field(
         None, description="per_job isolation only: machines where the model is resident when this job starts.")
 

@@ -4,16 +4,24 @@ installed; a key repeated in one map rejected; plain Python data out (dict, list
 parsed files kept.
 
 Input is bounded before it is built: a file of at most ``MAX_YAML_BYTES`` bytes (a regular file: not a device or a
-pipe), at most ``MAX_DEPTH`` levels of nesting and at most ``MAX_VALUES`` values once aliases are expanded (a
-"billion laughs" file of a few hundred bytes would otherwise stand for billions of values)."""
+pipe; read by :func:`sim.core.inputs.read_text`), at most ``MAX_DEPTH`` levels of nesting and at most ``MAX_VALUES``
+values once aliases are expanded (a "billion laughs" file of a few hundred bytes would otherwise stand for billions
+of values).
+
+Values are built or refused, never half-built: a number is at most ``MAX_NUMBER`` in magnitude (what a float holds;
+an integer of 5,000 digits is refused before Python is asked to convert it), a tagged value must be what its tag
+says (``!!float abc`` is refused), and a tag that gives no plain data (``!!binary``, ``!!set``, ``!!omap``,
+``!!pairs``, ``!!python/...``, a local ``!tag``) is refused; each with the line and column of the value.
+"""
 
 from __future__ import annotations
 
 import copy
 import functools
+import math
 import os
 import pickle
-import stat
+import sys
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -23,21 +31,103 @@ from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEv
 from ruamel.yaml.nodes import MappingNode, ScalarNode
 from ruamel.yaml.resolver import VersionedResolver
 
-from sim.core.errors import ScenarioError
+from sim.core.errors import ScenarioError, cut
+from sim.core.inputs import check_file, read_text
 
 MAX_YAML_BYTES = 16 * 2**20  # a scenario, calibration or sweep file (the shipped ones: at most 21 kB)
 MAX_DEPTH = 64  # levels of maps and lists inside one another (the shipped files: at most 7)
 MAX_VALUES = 1_000_000  # keys, values, maps and lists of one document, aliases expanded
+MAX_NUMBER = sys.float_info.max  # magnitude of a number, at most: what a float holds (about 1.8e308)
+_MAX_INT_CHARS = 1030  # an integer written longer (underscores and sign left out) is beyond MAX_NUMBER in any base
 _PURE_REREAD_CHARS = 2**20  # a problem in a longer text is told in the C parser's words (the pure one takes minutes)
+_CORE = "tag:yaml.org,2002:"
+_EXPECTED = {"int": "an integer", "float": "a number", "bool": "true or false", "null": "null (~, null or nothing)",
+             "timestamp": "a date (YYYY-MM-DD) or a time stamp", "str": "text", "seq": "a list", "map": "a map"}
+_NULLS = ("", "~", "null", "Null", "NULL")
+_PLAIN = "this project reads text, numbers, true/false, null, dates, lists and maps"
 
 
 class YamlLimitError(MarkedYAMLError):
     """YAML that is well formed but beyond what this project reads (too deep, too many values)."""
 
 
+class YamlValueError(ConstructorError):
+    """A value YAML cannot build into plain data: a number out of range, text that is not what its tag says, a tag
+    that gives no plain data."""
+
+
+def _value_error(node: Any, problem: str) -> YamlValueError:
+    return YamlValueError(None, None, problem, node.start_mark)
+
+
+def _shown(text: Any, width: int = 40) -> str:
+    """A value's text as a message quotes it: at most about ``width`` characters, one line."""
+    return repr(cut(str(text), width))
+
+
+def _number_shown(text: str) -> str:
+    """A long number's text as a message quotes it: its ends and how many characters it has."""
+    return text if len(text) <= 24 else f"{text[:10]}...{text[-6:]} ({len(text):,} characters)"
+
+
+def _out_of_range(node: Any, kind: str) -> YamlValueError:
+    return _value_error(node, f"{kind} {_number_shown(str(node.value))} is out of range: a number is at most about "
+                        f"{MAX_NUMBER:.2g} in magnitude".replace("e+", "e"))
+
+
 class _UniqueKeyConstructor(SafeConstructor):
     """The safe constructor, saying which key a map repeats (the last one would otherwise silently win) in this
-    project's words, and refusing a map or a list as a map key."""
+    project's words, refusing a map or a list as a map key, and building only plain data (see the module's
+    docstring): a value that cannot be built is a :class:`YamlValueError` at its place, never a ValueError."""
+
+    def construct_non_recursive_object(self, node: Any, tag: str | None = None) -> Any:
+        """SafeConstructor's, a value its constructor cannot build (``!!float abc``, ``2001-13-45``) refused at its
+        place."""
+        try:
+            return super().construct_non_recursive_object(node, tag)
+        except YAMLError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, ArithmeticError) as exc:
+            raise _value_error(node, _not_what_tag_says(node, tag or node.tag, exc)) from None
+
+    def construct_yaml_int(self, node: Any) -> int:
+        """An integer of at most ``MAX_NUMBER`` in magnitude; a longer one is refused before it is converted."""
+        if isinstance(node, ScalarNode) and len(str(node.value).replace("_", "").lstrip("+-")) > _MAX_INT_CHARS:
+            raise _out_of_range(node, "the integer")
+        value = super().construct_yaml_int(node)
+        if abs(value) > MAX_NUMBER:
+            raise _out_of_range(node, "the integer")
+        return value
+
+    def construct_yaml_float(self, node: Any) -> float:
+        """A number; one written finite that a float cannot hold (``1e400``) is refused (``.inf`` stays inf)."""
+        value = super().construct_yaml_float(node)
+        if math.isinf(value) and "inf" not in str(node.value).lower():
+            raise _out_of_range(node, "the number")
+        return value
+
+    def construct_yaml_timestamp(self, node: Any, values: Any = None) -> Any:
+        """A date or a time stamp; text that is neither (``!!timestamp abc``) refused in the words of the others."""
+        try:
+            return super().construct_yaml_timestamp(node, values)
+        except YamlValueError:
+            raise
+        except ConstructorError as exc:
+            raise _value_error(node, _not_what_tag_says(node, node.tag, exc)) from None
+
+    def construct_yaml_null(self, node: Any) -> None:
+        """null, written ``~``, ``null`` or nothing (``!!null abc`` is refused, not read as null)."""
+        if isinstance(node, ScalarNode) and node.value not in _NULLS:
+            raise _value_error(node, f"{_shown(node.value)} cannot be read as null (!!null): expected ~, null or "
+                               "nothing")
+        return None
+
+    def construct_not_plain(self, node: Any) -> None:
+        """A core tag that gives no plain data (bytes, a set, pairs): refused."""
+        raise _value_error(node, f"a value tagged {_tag_name(node.tag)} is not read: {_PLAIN}")
+
+    def construct_undefined(self, node: Any) -> None:
+        raise _value_error(node, f"unknown tag {_shown(_tag_name(node.tag))}: {_PLAIN}")
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         """SafeConstructor's, every key (merged ones too) first checked to be a scalar."""
@@ -54,6 +144,31 @@ class _UniqueKeyConstructor(SafeConstructor):
         if key in mapping:
             raise ConstructorError(None, None, f"key {key!r} appears twice in one map", key_node.start_mark)
         return True
+
+
+for _tag in ("binary", "set", "omap", "pairs"):
+    _UniqueKeyConstructor.add_constructor(_CORE + _tag, _UniqueKeyConstructor.construct_not_plain)
+for _tag in ("int", "float", "null", "timestamp"):
+    _UniqueKeyConstructor.add_default_constructor(_tag)  # this class's own, not SafeConstructor's
+_UniqueKeyConstructor.add_constructor(None, _UniqueKeyConstructor.construct_undefined)
+
+
+def _tag_name(tag: Any) -> str:
+    """``!!float`` for YAML's core ``tag:yaml.org,2002:float``; a local tag as written."""
+    text = str(tag)
+    return "!!" + text[len(_CORE):] if text.startswith(_CORE) else text
+
+
+def _not_what_tag_says(node: Any, tag: Any, exc: Exception) -> str:
+    """Why ``node`` cannot be built as ``tag`` says, in a user's words."""
+    name = str(tag)[len(_CORE):] if str(tag).startswith(_CORE) else ""
+    expected = _EXPECTED.get(name, "a value of this tag")
+    value = node.value if isinstance(node, ScalarNode) else f"a {node.id}"
+    problem = f"{_shown(value)} cannot be read as {expected} ({_tag_name(tag)})"
+    if name == "timestamp":  # often written as a date by mistake: say why, and how to keep it text
+        problem += (f": {cut(str(exc), 100)}" if isinstance(exc, ValueError) and str(exc) else "") + \
+            "; quote it to keep it as text"
+    return problem
 
 
 class _Yaml12Resolver(VersionedResolver):
@@ -134,22 +249,9 @@ def _parse_yaml(text: str) -> Any:
 
 
 def _read_text(path: str) -> str:
-    """A YAML file's text: a regular file of at most ``MAX_YAML_BYTES`` bytes (ScenarioError otherwise), read as
-    UTF-8 text."""
-    st = os.stat(path)
-    if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise ScenarioError(path, "", "not a regular file (a device or a pipe?): expected a YAML file")
-    too_big = ScenarioError(path, "", f"larger than {MAX_YAML_BYTES // 2**20} MiB: expected a YAML file of at most "
-                            f"{MAX_YAML_BYTES // 2**20} MiB")
-    if st.st_size > MAX_YAML_BYTES:
-        raise too_big
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read(MAX_YAML_BYTES + 1)  # characters; the file may have grown since
-    if len(text.encode("utf-8")) > MAX_YAML_BYTES:
-        raise too_big
-    return text
+    """A YAML file's text: a regular file of at most ``MAX_YAML_BYTES`` bytes, UTF-8 without NUL bytes (a one-line
+    ScenarioError otherwise, from :func:`sim.core.inputs.read_text`)."""
+    return read_text(path, "", "a YAML file", max_bytes=MAX_YAML_BYTES, max_lines=None)
 
 
 _YAML_CACHE: dict[str, tuple[tuple[int, ...], bytes]] = {}
@@ -160,7 +262,7 @@ def read_yaml(path: str) -> Any:
     modification time and size) and each call gets its own copy, so a sweep that loads one scenario a thousand times
     parses it once."""
     try:
-        st = os.stat(path)
+        st = check_file(path, "", "a YAML file")  # a NUL byte in the name, not found, a folder, a FIFO: one line
         stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
         hit = _YAML_CACHE.get(os.path.abspath(path))
         if hit is not None and hit[0] == stamp:
@@ -169,18 +271,14 @@ def read_yaml(path: str) -> Any:
         frozen = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)  # a copy per call: callers may change theirs
         _YAML_CACHE[os.path.abspath(path)] = (stamp, frozen)
         return pickle.loads(frozen)
-    except FileNotFoundError:
-        raise ScenarioError(path, "", "file not found") from None
-    except IsADirectoryError:
-        raise ScenarioError(path, "", "is a directory, expected a YAML file") from None
-    except YamlLimitError as exc:
+    except (YamlLimitError, YamlValueError) as exc:
         raise ScenarioError(path, "", yaml_problem(exc)) from None
     except YAMLError as exc:
         raise ScenarioError(path, "", f"YAML syntax error: {yaml_problem(exc)}") from None
     except RecursionError:  # not expected past the checks of _check_shape: still one line
         raise ScenarioError(path, "", f"nesting deeper than {MAX_DEPTH} levels") from None
-    except (UnicodeDecodeError, OSError) as exc:
-        raise ScenarioError(path, "", f"cannot read: {exc}") from None
+    except OSError as exc:
+        raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
 
 
 def yaml_problem(exc: YAMLError) -> str:
@@ -194,11 +292,16 @@ def yaml_problem(exc: YAMLError) -> str:
     return (where + problem).replace("\n", " ")
 
 
-def parse_scalar(text: str) -> Any:
+def parse_scalar(text: str, source: str = "--set", key_path: str = "") -> Any:
     """A value written on a command line (``--set path=VALUE``) read as the scenario file would read it, YAML 1.2:
     numbers (``30e-6`` too), ``true``/``false``, ``null``, ``[lists]``, ``{maps}``; blank is ``""``, and text that is
-    not valid YAML stays the text. Each call gets its own copy of a list or map."""
-    value = _scalar(text)
+    not valid YAML stays the text. A value YAML reads but cannot build (a number out of range, ``!!float abc``, a
+    list nested too deep) is a one-line ScenarioError at ``source: key_path``. Each call gets its own copy of a list
+    or map."""
+    try:
+        value = _scalar(text)
+    except (YamlLimitError, YamlValueError) as exc:
+        raise ScenarioError(source, key_path or cut(text, 60), exc.problem or yaml_problem(exc)) from None
     return copy.deepcopy(value) if isinstance(value, dict | list) else value
 
 
@@ -209,5 +312,7 @@ def _scalar(text: str) -> Any:
         return ""
     try:
         return _parse_yaml(text)
+    except (YamlLimitError, YamlValueError):
+        raise
     except YAMLError:
         return text

@@ -25,6 +25,7 @@ reports the median |error| per source and over all rows.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 from collections.abc import Iterable
@@ -38,6 +39,7 @@ import yaml
 from sim.config.load import validate
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
+from sim.core.inputs import read_text
 from sim.core.units import GB, GIB, KIB, MIB
 from sim.fidelity import loso
 from sim.fidelity.domain import Excluded, Observation, Prediction
@@ -93,10 +95,10 @@ def _matches(row: dict[str, str], match: dict[str, Any]) -> bool:
 
 def read_setups(path: str | Path = SETUPS) -> dict[str, Any]:
     """The mapping file; a one-line ScenarioError when it is not the expected mapping."""
+    text = read_text(path, "", "a YAML mapping of setups")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise ScenarioError(str(path), "", f"expected a readable YAML mapping ({type(exc).__name__})") from None
     for key in ("setups", "models", "rules"):
         if not isinstance((data or {}).get(key), (dict, list)):
@@ -122,10 +124,10 @@ class LoadsDomain:
             obs: list[Observation] = []
             excluded: list[Excluded] = []
             for table in TABLES:
-                with open(self.public / table, encoding="utf-8", newline="") as f:
-                    for row in csv.DictReader(f):
-                        got = self._read(table, row)
-                        (obs if isinstance(got, Observation) else excluded).append(got)
+                text = read_text(self.public / table, "", "a CSV table")
+                for row in csv.DictReader(io.StringIO(text, newline="")):
+                    got = self._read(table, row)
+                    (obs if isinstance(got, Observation) else excluded).append(got)
             self._obs = (obs, excluded)
         return self._obs
 

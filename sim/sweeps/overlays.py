@@ -7,6 +7,7 @@ import os
 
 from sim.calibration.targets import measured_values
 from sim.core.errors import ScenarioError
+from sim.core.inputs import shown_path
 from sim.core.tables import read_measured
 from sim.sweeps.spec import MeasuredOverlay, MeasuredValue
 
@@ -65,7 +66,7 @@ def resolve_overlays(overlays: list[MeasuredOverlay], sweep_file: str, x_column:
         try:
             _, rows = read_measured(table)
         except ScenarioError as exc:
-            raise ScenarioError(sweep_file, f"{key}.table", f"{table}: {exc.problem}") from None
+            raise ScenarioError(sweep_file, f"{key}.table", f"{shown_path(table)}: {exc.problem}") from None
         uses_rows = any(isinstance(v, MeasuredValue) and v.column is not None for v in [ov.x, *ov.y.values()])
         selected = [r for r in rows if all(str(r.get(c, "")).strip() == str(v) for c, v in ov.rows.items())]
         if uses_rows and not selected:

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import Any
@@ -21,9 +22,10 @@ from typing import Any
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from sim.config.base import Strict
+from sim.config.load import Change
 from sim.config.messages import format_validation_error
 from sim.config.yaml_io import parse_scalar, read_yaml
-from sim.core.errors import ScenarioError
+from sim.core.errors import ScenarioError, cut
 
 # the sweep-file models validate only sweep files: their validators are built on first use, not at import (a sweep
 # given by --axis never builds them)
@@ -37,8 +39,27 @@ _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _RANGE = re.compile(rf"^\s*({_NUMBER})\s*\.\.\s*({_NUMBER})\s*(?:([:*])\s*({_NUMBER}))?\s*$")
 
 
+def _cut(text: str) -> str:
+    return cut(text, 80)
+
+
+def _count(steps: float) -> int:
+    """Values of a range ``steps`` steps long (the end included when a step lands on it, within 1e-9); a length
+    too large to count (1e300 steps, or inf) as 10**15 + 1."""
+    return int(math.floor(steps + 1e-9)) + 1 if steps < 1e15 else 10**15 + 1
+
+
 def _is_int_text(text: str) -> bool:
     return re.fullmatch(r"\s*[-+]?\d+\s*", text) is not None
+
+
+def _power(a: float, factor: float, i: int, end: float) -> float:
+    """``a x factor ** i``, a geometric range's ``i``-th value; through logarithms (at most ``end``) when
+    ``factor ** i`` alone is beyond a float (a tiny ``a``: 1e-308..1e308*2)."""
+    try:
+        return a * factor ** i
+    except OverflowError:
+        return min(end, math.exp(min(math.log(a) + i * math.log(factor), math.log(end))))
 
 
 def _tidy(x: float) -> float:
@@ -55,20 +76,26 @@ def expand_range(text: str, where: str, key: str) -> list[Any] | None:
     a, b = float(a_txt), float(b_txt)
     step = float(s_txt) if s_txt is not None else 1.0
     ints = _is_int_text(a_txt) and _is_int_text(b_txt) and (s_txt is None or _is_int_text(s_txt))
+    if not all(map(math.isfinite, (a, b, step, b - a))):
+        raise ScenarioError(where, key, f"range {_cut(text.strip())}: a number out of range (the start, the end and "
+                            f"the step are at most about {sys.float_info.max:.2g} in magnitude, as is their "
+                            "difference)".replace("e+", "e"))
     if b < a:
         raise ScenarioError(where, key, f"range {text.strip()}: the end is below the start")
     if op == "*":
         if a <= 0 or step <= 1:
             raise ScenarioError(where, key, f"range {text.strip()}: a geometric range A..B*F needs A > 0 and F > 1")
-        n = int(math.floor(math.log(b / a) / math.log(step) + 1e-9)) + 1
-        values = [a * step ** i for i in range(n)] if n <= MAX_VALUES else []
+        decades = math.log(b / a) if math.isfinite(b / a) else math.log(b) - math.log(a)  # a tiny start: no inf
+        n = _count(decades / math.log(step))
+        values = [_power(a, step, i, b) for i in range(n)] if n <= MAX_VALUES else []
     else:
         if step <= 0:
             raise ScenarioError(where, key, f"range {text.strip()}: the step must be positive")
-        n = int(math.floor((b - a) / step + 1e-9)) + 1
+        n = _count((b - a) / step)
         values = [a + i * step for i in range(n)] if n <= MAX_VALUES else []
     if n > MAX_VALUES:
-        raise ScenarioError(where, key, f"range {text.strip()} has {n} values, more than {MAX_VALUES:,}")
+        shown = f"{n}" if n < 10**15 else "more than 10**15"
+        raise ScenarioError(where, key, f"range {_cut(text.strip())} has {shown} values, more than {MAX_VALUES:,}")
     return [int(round(v)) for v in values] if ints else [_tidy(v) for v in values]
 
 
@@ -99,7 +126,7 @@ def parse_values(text: str, where: str, key: str) -> list[Any]:
         if expanded is not None:
             values += expanded
             continue
-        values.append(parse_scalar(item))  # YAML 1.2, as --set and scenario files; not YAML: the text
+        values.append(parse_scalar(item, where, key))  # YAML 1.2, as --set and scenario files; not YAML: the text
     return values
 
 
@@ -214,16 +241,26 @@ class Axis:
     also: tuple[tuple[str, Any], ...] = ()
     label: str | None = None
     unit: str | None = None
+    file: str | None = None  # the sweep file that declares the axis (None: an --axis of the command line)
+    values_from: str = "--axis"  # where its values were given: --axis, or the sweep file
 
-    def sets(self, value: Any, where: str) -> list[str]:
-        out = [set_string(p, v) for p, v in self.also]
+    def sets(self, value: Any) -> list[str]:
+        """The ``--set`` strings of the point where the axis takes ``value``: each a :class:`Change` naming the
+        --axis or the sweep file's key it came from, for errors."""
+        out: list[str] = [Change(set_string(p, v), f"{self.file} axes.{self.name}.also.{p}={_shown(v)}", str(self.file))
+                          for p, v in self.also]
+        if self.values_from == "--axis":
+            source, key, label = "--axis", self.name, f"--axis {self.name}={_shown(value)}"
+        else:
+            source, key = self.values_from, f"axes.{self.name}.values"
+            label = f"{source} axes.{self.name}={_shown(value)}"
         for path, affine in self.paths:
             if affine is None:
-                out.append(set_string(path, value))
+                out.append(Change(set_string(path, value), label, self.values_from))
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ScenarioError(where, f"axes.{self.name}", f"value {value!r}: an affine map needs a number")
-            out.append(set_string(path, _tidy(affine.times * value + affine.plus)))
+                raise ScenarioError(source, key, f"value {cut(repr(value), 60)}: an affine map needs a number")
+            out.append(Change(set_string(path, _tidy(affine.times * value + affine.plus)), label, self.values_from))
         return out
 
     def as_dict(self) -> dict:
@@ -235,6 +272,11 @@ class Axis:
 def set_string(path: str, value: Any) -> str:
     """A ``--set`` string that reads back as ``value`` (JSON is YAML)."""
     return f"{path}={json.dumps(value)}"
+
+
+def _shown(value: Any) -> str:
+    """An axis value as an error's label shows it: its JSON, at most 60 characters."""
+    return cut(json.dumps(value, default=str), 60)
 
 
 @dataclass
@@ -275,7 +317,7 @@ def _axis_from_spec(name: str, spec: AxisSpec, where: str) -> Axis:
     if not paths:
         raise ScenarioError(where, f"{key}.set", "at least one scenario path the values are written to")
     return Axis(name, tuple(values), paths=tuple(paths), also=tuple(spec.also.items()), label=spec.label,
-                unit=spec.unit)
+                unit=spec.unit, file=where, values_from=where)
 
 
 def cli_axis(text: str) -> Axis:
@@ -334,7 +376,7 @@ def build_plan(target: str, cli_axes: list[str], zip_axes: bool, seeds: int | No
         sweep = read_sweep_file(target)
         scenario = os.path.relpath(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(target)),
                                                                  sweep.scenario)))
-        base_sets = [set_string(p, v) for p, v in sweep.set.items()]
+        base_sets = [Change(set_string(p, v), f"{target} set.{p}={_shown(v)}", target) for p, v in sweep.set.items()]
         axes = [_axis_from_spec(n, s, target) for n, s in sweep.axes.items()]
         zip_axes = zip_axes or sweep.zip
         seeds = seeds if seeds is not None else sweep.seeds
@@ -347,7 +389,7 @@ def build_plan(target: str, cli_axes: list[str], zip_axes: bool, seeds: int | No
         ax = cli_axis(text)
         declared = next((a for a in axes if a.name == ax.name), None)
         if declared is not None:  # new values for an axis of the sweep file: its paths stay
-            axes = [replace(a, values=ax.values) if a is declared else a for a in axes]
+            axes = [replace(a, values=ax.values, values_from="--axis") if a is declared else a for a in axes]
         else:
             axes = [a for a in axes if a.name != ax.name] + [ax]
     if not axes:
@@ -373,7 +415,7 @@ def build_plan(target: str, cli_axes: list[str], zip_axes: bool, seeds: int | No
         plan.points.append({a.name: v for a, v in zip(axes, combo, strict=True)})
         sets = list(plan.base_sets)
         for a, v in zip(axes, combo, strict=True):
-            sets += a.sets(v, where)
+            sets += a.sets(v)
         plan.point_sets.append(sets)
     return plan
 

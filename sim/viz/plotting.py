@@ -12,9 +12,11 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ScenarioError
+from sim.core.inputs import check_file, read_text
 from sim.core.output import atomic_write_with
 
 # Okabe & Ito (2008), safe for the common colour-vision deficiencies; markers and dashes tell lines apart in grey too
+MAX_MANIFEST_BYTES = 64 * 2**20  # a sweep's sweep.json (bytes; a 1,000-point sweep writes about 100 KB)
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 DASHES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
@@ -136,21 +138,25 @@ def load_sweep(folder: str) -> Sweep:
     import pandas as pd
 
     manifest_path = os.path.join(folder, "sweep.json")
+    if not os.path.lexists(manifest_path) and "\0" not in folder:
+        raise ScenarioError(folder, "", "not a sweep folder (no sweep.json): run sim sweep ... --out "
+                            f"{folder} first")
+    text = read_text(manifest_path, "", "the sweep.json sim sweep writes", max_bytes=MAX_MANIFEST_BYTES)
     try:
-        with open(manifest_path, encoding="utf-8") as fh:
-            manifest = json.load(fh)
+        manifest = json.loads(text)
         if not isinstance(manifest, dict) or not isinstance(manifest.get("axes", []), list):
             raise ValueError("not the map sim sweep writes")
-    except FileNotFoundError:
-        raise ScenarioError(folder, "", "not a sweep folder (no sweep.json): run sim sweep ... --out "
-                            f"{folder} first") from None
-    except (OSError, ValueError) as exc:
-        raise ScenarioError(manifest_path, "", f"cannot read: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ScenarioError(manifest_path, "", f"cannot read: {str(exc)[:200]}") from None
     try:
-        frame = pd.read_parquet(os.path.join(folder, "results.parquet"))
+        parquet = os.path.join(folder, "results.parquet")
+        check_file(parquet, "", "the results table sim sweep writes")
+        frame = pd.read_parquet(parquet)
     except Exception:  # noqa: BLE001 - no pyarrow, or the file is gone: the CSV holds the same table
+        table = os.path.join(folder, "results.csv")
+        check_file(table, "", "the results table sim sweep writes")  # never a FIFO or a device handed to pandas
         try:
-            frame = pd.read_csv(os.path.join(folder, "results.csv"))
+            frame = pd.read_csv(table)
         except (OSError, ValueError) as exc:
             raise ScenarioError(folder, "results.csv", f"cannot read: {exc}") from None
     if frame.empty:

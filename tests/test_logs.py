@@ -207,7 +207,7 @@ def test_cli_logs_summary_csv_and_json(tmp_path):
     r = CliRunner().invoke(main, ["logs", str(log), "--csv"])
     assert r.output.splitlines()[0].split(",") == list(ROW_FIELDS)
     r = CliRunner().invoke(main, ["logs", str(tmp_path / "missing.log")])
-    assert r.exit_code == 2 and "missing.log: cannot read" in r.output
+    assert r.exit_code == 2 and "missing.log: file not found" in r.output
 
 
 def test_entries_run_together_and_odd_spacing_in_every_format():

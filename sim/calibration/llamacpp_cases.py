@@ -10,21 +10,28 @@ calibration/models/index.yaml names each model's config file.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import re
+from dataclasses import replace
 from typing import Any
 
 from sim.calibration.llamacpp_case import Case, CaseTable
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
+from sim.core.inputs import SIZE_GB, TOKENS, TOKENS_PER_S, Quantity, read_text
 
 TABLES = ("offload_sweeps.csv", "backends_llamabench.csv", "depth_sweeps_cuda.csv", "moe_full_gpu_consumer.csv",
           "unified_memory_llamabench.csv", "unified_memory_concurrency.csv")
 BATCHED = "unified_memory_concurrency.csv"  # its llama-batched-bench rows (serving sweeps: sim.fidelity.concurrency)
 SETUPS = os.path.join("calibration", "llamacpp_setups.yaml")
 MODELS = os.path.join("calibration", "models", "index.yaml")
+RATES = ("pp_tok_s", "tg_tok_s", "pp_tok_s_aggregate", "output_tok_s")  # read whole (_float)
+COUNTS = ("n_prompt", "n_gen", "n_depth_kv", "ctx_tokens", "input_tokens", "output_tokens", "max_model_len")  # _int
+COLUMNS: dict[str, Quantity] = {"vram_used_gib": replace(SIZE_GB, unit="GiB")} | dict.fromkeys(RATES, TOKENS_PER_S) \
+    | dict.fromkeys(COUNTS, TOKENS)  # the numbers a row holds that a case is made of
 
 
 def _int(value: Any) -> int | None:
@@ -40,6 +47,16 @@ def _float(value: Any) -> float | None:
         return None
     m = re.match(r"\s*~?(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*$", str(value))
     return float(m.group(1)) if m else None
+
+
+def check_row(row: dict, path: str) -> None:
+    """A one-line ScenarioError at ``path``, ``row ROW_ID.COLUMN`` when a number of ``row`` (a table's row, as
+    :func:`_float` or :func:`_int` reads its cell) is outside its column's range (:data:`COLUMNS`)."""
+    for column, quantity in COLUMNS.items():
+        value = (_int if column in COUNTS else _float)(row.get(column))
+        why = None if value is None else quantity.problem(value)
+        if why:
+            raise ScenarioError(path, f"row {row.get('row_id')}.{column}", why)
 
 
 def row_backend(text: str | None) -> tuple[str | None, str | None]:
@@ -177,9 +194,11 @@ def read_cases(root: str, tables: tuple[str, ...] = TABLES) -> CaseTable:
     out = CaseTable([])
     scenarios: dict[tuple, Scenario] = {}
     for table in tables:
-        df = pd.read_csv(os.path.join(root, "calibration", "public", table), dtype=str, keep_default_na=False)
+        path = os.path.join(root, "calibration", "public", table)
+        df = pd.read_csv(io.StringIO(read_text(path, "", "a CSV table")), dtype=str, keep_default_na=False)
         for row in df.to_dict("records"):
             row = {k: (v if v != "" else None) for k, v in row.items()}
+            check_row(row, path)
             _row_cases(table, row, setups, index, setups_path, root, scenarios, out)
     return out
 

@@ -25,9 +25,11 @@ Formats are detected per line; several entries run together on one line are all 
 Lines are paired only within one request block: consecutive lines of one source (a llama.cpp block ends at a
 line of another format or prefix, a blank line, a line not understood or a new request's start); a half whose other
 half never came is counted as incomplete, never paired with another source's line. Every value read is checked
-against its physical range (shares 0-1, times and counts >= 0, finite numbers, rates > 0 where something was
-timed); a line with a value outside it, or longer than 65,536 characters, is counted as not understood with the
-reason. Anything else is counted as not understood (with the first few examples); nothing raises on any input.
+against its quantity's range (:mod:`sim.calibration.logs_values`: the input layer's tokens, seconds, tok/s, shares),
+a printed rate against its tokens over its time, a part against its whole (cached and prompt tokens, hits and
+lookups); a line with a value that fails, or longer than 65,536 characters, is counted as not understood with the
+reason, and nothing of it is kept. Anything else is counted as not understood (with the first few examples);
+nothing raises on any input.
 Rows are handed on as they are completed (``read_logs(..., sink=...)``), so a log of any length is read in bounded
 memory.
 """
@@ -72,7 +74,7 @@ from sim.calibration.logs_patterns import (
     VLLM_SPEC_RATE,
     VLLM_STATS,
 )
-from sim.calibration.logs_values import OutOfRange, _check, _check_fact, _f, _pct
+from sim.calibration.logs_values import OutOfRange, _check, _check_fact, _f, _pct, check_rate, check_share, timing
 
 __all__ = ["EXAMPLES", "MAX_LINE", "NUM", "ROW_FIELDS", "LogTable", "OutOfRange", "log_sources", "read_logs",
            "summary_lines"]
@@ -134,14 +136,16 @@ def _basalt(m: re.Match, where: str) -> dict:
     prefill_s = _f(m["prefill_s"])
     prompt, cached = int(m["prompt"]), int(m["cached"])
     pre_rate = _f(m["prefill_rate"])
-    if pre_rate is None and prefill_s:
+    if pre_rate is None and prefill_s and cached <= prompt:
         pre_rate = (prompt - cached) / prefill_s
-    return _check(_row("basalt", where, prompt_tokens=prompt, cached_tokens=cached, prefill_s=prefill_s,
-                       prefill_tok_s=pre_rate, output_tokens=out, decode_tok_s=rate,
-                       decode_s=out / rate if rate else None, ttft_s=_f(m["ttft"]),
-                       acceptance=None if m["acc"] is None else _f(m["acc"]) / 100, end_reason=m["end"],
-                       expert_hit_rate=None if m["hit"] is None else _f(m["hit"]) / 100,
-                       pcie_share=None if m["pcie"] is None else _f(m["pcie"]) / 100))
+    row = _check(_row("basalt", where, prompt_tokens=prompt, cached_tokens=cached, prefill_s=prefill_s,
+                      prefill_tok_s=pre_rate, output_tokens=out, decode_tok_s=rate,
+                      decode_s=out / rate if rate else None, ttft_s=_f(m["ttft"]),
+                      acceptance=None if m["acc"] is None else _f(m["acc"]) / 100, end_reason=m["end"],
+                      expert_hit_rate=None if m["hit"] is None else _f(m["hit"]) / 100,
+                      pcie_share=None if m["pcie"] is None else _f(m["pcie"]) / 100))
+    check_rate("prefill_tok_s", m["prefill_rate"], prompt - cached, m["prefill_s"])  # the new tokens' rate
+    return row
 
 
 def _tag(prefix: str) -> str:
@@ -215,21 +219,37 @@ class _Reader:
         self.staged.append(b)
         return True
 
-    def _strata_prompt(self, m: re.Match, where: str) -> None:
+    @staticmethod
+    def _strata_prompt_row(m: re.Match, where: str) -> dict:
+        """The row of a Strata request summary's first line, its numbers checked."""
         out, decode_ms = int(m["out"]), _f(m["decode_ms"])
-        read, prefill_ms = int(m["read"]), _f(m["prefill_ms"])
-        row = _check(_row("strata", where, prompt_tokens=int(m["prompt"]), cached_tokens=int(m["reused"]),
+        prompt, read, prefill_ms = int(m["prompt"]), int(m["read"]), _f(m["prefill_ms"])
+        row = _check(_row("strata", where, prompt_tokens=prompt, cached_tokens=int(m["reused"]),
                           prefill_s=None if prefill_ms is None else prefill_ms / 1000,
                           prefill_tok_s=read / (prefill_ms / 1000) if prefill_ms else None, output_tokens=out,
                           decode_s=None if decode_ms is None else decode_ms / 1000, decode_tok_s=_f(m["rate"]),
                           ttft_s=None if prefill_ms is None else prefill_ms / 1000,
                           acceptance=None if m["acc"] is None else _f(m["acc"]) / 100))
+        if read > prompt:
+            raise OutOfRange(f"{read:,} read is more than prompt_tokens {prompt:,}")
+        check_rate("decode_tok_s", m["rate"], out, m["decode_ms"], 1e-3)
+        return row
+
+    @staticmethod
+    def _strata_hit_values(m: re.Match) -> dict:
+        """The hit rate and PCIe share of a Strata request summary's second line, checked against their counts."""
+        hit = _check({"expert_hit_rate": _pct(m["hit"]), "pcie_share": _pct(m["pcie"])})
+        check_share("expert_hit_rate", m["hit"], int(m["hits"]), int(m["lookups"]), "hits", "lookups")
+        if m["more"] is not None:
+            check_share("pcie_share", m["pcie"], int(m["more"]), int(m["routed"]), "more read", "routed")
+        return hit
+
+    def _strata_prompt(self, row: dict) -> None:
         if self.strata is not None:
             self.t.incomplete += 1
         self.strata = row
 
-    def _strata_hit(self, m: re.Match) -> None:
-        hit = _check({"expert_hit_rate": _pct(m["hit"]), "pcie_share": _pct(m["pcie"])})
+    def _strata_hit(self, hit: dict) -> None:
         if self.strata is None:
             self.t.incomplete += 1
             return
@@ -260,28 +280,31 @@ class _Reader:
             self.t.facts.append(_check_fact({"engine": "basalt", "line": where, "kind": "auto",
                                              "resident_gb": _f(m["gb"]), "pool": int(m["pool"])}))
             return True
-        strata = sorted([(m.start(), "prompt", m) for m in STRATA_PROMPT.finditer(text)]
-                        + [(m.start(), "hit", m) for m in STRATA_HIT.finditer(text)], key=lambda e: e[0])
+        strata = sorted([(m.start(), "prompt", self._strata_prompt_row(m, where)) for m in STRATA_PROMPT.finditer(text)]
+                        + [(m.start(), "hit", self._strata_hit_values(m)) for m in STRATA_HIT.finditer(text)],
+                        key=lambda e: e[0])  # every entry checked before any is used
         if strata:
             self.switch("strata")
-        for _, kind, m in strata:  # request summaries, in order (both halves may share a line)
+        for _, kind, values in strata:  # request summaries, in order (both halves may share a line)
             if kind == "prompt":
-                self._strata_prompt(m, where)
+                self._strata_prompt(values)
             else:
-                self._strata_hit(m)
+                self._strata_hit(values)
         if strata:
             return True
         if STRATA_START.search(text):
-            self.switch("strata")
+            facts = []
             m = STRATA_SLOTS.search(text)
             if m:
-                self.t.facts.append(_check_fact({"engine": "strata", "line": where, "kind": "expert_cache",
-                                                 "free_gib": _f(m["free"]), "reserve_mib": _f(m["reserve"]),
-                                                 "head_mib": _f(m["head"]), "slots": int(m["slots"])}))
+                facts.append(_check_fact({"engine": "strata", "line": where, "kind": "expert_cache",
+                                          "free_gib": _f(m["free"]), "reserve_mib": _f(m["reserve"]),
+                                          "head_mib": _f(m["head"]), "slots": int(m["slots"])}))
             m = STRATA_PROBE.search(text)
             if m:
-                self.t.facts.append(_check_fact({"engine": "strata", "line": where, "kind": "pcie_probe",
-                                                 "gbps": _f(m["gbps"])}))
+                facts.append(_check_fact({"engine": "strata", "line": where, "kind": "pcie_probe",
+                                          "gbps": _f(m["gbps"])}))
+            self.switch("strata")
+            self.t.facts += facts
             return True
         return self._vllm(text, where)
 
@@ -378,15 +401,16 @@ class _Reader:
                 return True
             return bool(LLAMA_OTHER.search(text)) or bool(LLAMA_CHATTER.search(text))
         events.sort(key=lambda e: e[0])
+        values = [timing(kind, m) for _, kind, m in events]  # every entry checked before any is used
         tag = _tag(text[:events[0][0]])
         self.switch("llama")
         if self.llama is not None and tag != self.llama_tag:  # another source's timings: no pairing across
             self.flush_llama()
         if self.closed_tag != tag:
             self.closed_tag = None
-        for _, kind, m in events:
+        for (_, kind, _), checked in zip(events, values, strict=True):
             if kind == "draft":
-                rate = _check({"acceptance": _f(m["rate"])})["acceptance"]
+                rate = checked["acceptance"]
                 last = self.last_row()
                 if self.llama is None and self.closed_tag == tag and last is not None \
                         and last["engine"] == "llama.cpp" and last["acceptance"] is None:
@@ -396,16 +420,11 @@ class _Reader:
             elif kind == "total":
                 self.closed_tag = tag if self.flush_llama() else None
             else:
-                ms, n, rate = _f(m["ms"]), int(m["n"]), _f(m["rate"])
-                rate = rate if rate is not None else (n / (ms / 1000) if ms else None)
-                seconds = None if ms is None else ms / 1000
                 half = "prompt_tokens" if kind == "prompt" else "output_tokens"
-                values = _check({"prompt_tokens": n, "prefill_s": seconds, "prefill_tok_s": rate} if kind == "prompt"
-                                else {"output_tokens": n, "decode_s": seconds, "decode_tok_s": rate})
                 if self.llama is not None and (self.llama[half] is not None or kind == "prompt"
                                                and self.llama["output_tokens"] is not None):
                     self.flush_llama()  # a new request starts
-                self._open(tag, where).update(values)
+                self._open(tag, where).update(checked)
                 self.closed_tag = None
         return True
 

@@ -1,5 +1,6 @@
-"""Reading log files for :mod:`sim.calibration.logs` and writing its table: text checks, bounded line reading, and
-the summary, CSV and JSON written row by row (nothing holds every row)."""
+"""Reading log files for :mod:`sim.calibration.logs` and writing its table: the files checked by the input layer
+(:mod:`sim.core.inputs`) and sniffed for text, lines read one at a time in bounded memory, and the summary, CSV and
+JSON written row by row (nothing holds every row)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from sim.core.inputs import check_file, shown_path
 from sim.core.output import clean
 from sim.core.text import plural
 
 MAX_LINE = 65_536  # characters of one line examined; a longer line is counted as not understood
 SNIFF = 65_536  # bytes at the start of a file checked for binary data
 FLUSH_ROWS = 1000  # rows of CSV or JSON written at a time
+WHAT = "a text log"  # what a log file is expected to be, in errors
 
 
 class LongLine(str):
@@ -25,29 +28,37 @@ class LongLine(str):
 
 
 def check_text_file(path: str) -> None:
-    """Refuse, as a one-line ScenarioError, what is not a readable regular file of text: a FIFO or device (it could
-    be endless), or a NUL byte or invalid UTF-8 in the first :data:`SNIFF` bytes."""
+    """Refuse, as a one-line ScenarioError, what is not a readable regular file of text: what
+    :func:`sim.core.inputs.check_file` refuses (a NUL byte in the name, a missing file, a directory, a FIFO or device:
+    it could be endless), or a NUL byte or invalid UTF-8 in the first :data:`SNIFF` bytes."""
     from sim.core.errors import ScenarioError
+    from sim.core.inputs import read_head
 
-    try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else
-                    "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
-            raise ScenarioError(path, "", f"not a regular file ({kind}); save the log to a file and read that")
-        with open(path, "rb") as fh:
-            head = fh.read(SNIFF)
-            more = bool(fh.read(1))
-    except OSError as exc:
-        raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
+    head, size = read_head(path, "", WHAT, SNIFF)
     at = head.find(b"\0")
     if at < 0:
         try:
-            codecs.getincrementaldecoder("utf-8")().decode(head, final=not more)
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=size <= len(head))
         except UnicodeDecodeError as exc:
             at = exc.start
     if at >= 0:
-        raise ScenarioError(path, "", f"not a text log (binary data at byte {at:,})")
+        raise ScenarioError(shown_path(path), "", f"not a text log (binary data at byte {at:,})")
+
+
+def _open_text(path: str) -> io.TextIOWrapper:
+    """``path`` opened for reading text without blocking (a file swapped for a FIFO since it was checked is
+    refused, never waited on; undecodable bytes replaced)."""
+    from sim.core.errors import ScenarioError
+
+    check_file(path, "", WHAT)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ScenarioError(shown_path(path), "", f"replaced while being read: expected {WHAT} in a regular file")
+        return open(fd, encoding="utf-8", errors="replace", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def file_lines(path: str) -> Iterator[str]:
@@ -56,7 +67,7 @@ def file_lines(path: str) -> Iterator[str]:
     from sim.core.errors import ScenarioError
 
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with _open_text(path) as fh:
             while chunk := fh.readline(MAX_LINE + 1):
                 if len(chunk) > MAX_LINE and not chunk.endswith("\n"):
                     while (rest := fh.readline(MAX_LINE)) and not rest.endswith("\n"):
@@ -65,7 +76,7 @@ def file_lines(path: str) -> Iterator[str]:
                 else:
                     yield from chunk.splitlines()
     except OSError as exc:
-        raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
+        raise ScenarioError(shown_path(path), "", f"cannot read: {exc.strerror or exc}") from None
 
 
 def _indented(value: Any, pad: str) -> str:

@@ -44,9 +44,10 @@ class BenchFile:
 
 
 def bench_outputs(files) -> dict[str, BenchFile]:
-    """The files (of ``files``) that are benchmark outputs (records, of both readers, at least a quarter of the lines
-    neither took, as :func:`sim.calibration.own_runs.is_bench_output` asks), with what was read of each; {} when none
-    is."""
+    """The files (of ``files``) that are benchmark outputs (records and unreadable rows, of both readers, at least a
+    quarter of the lines neither took, as :func:`sim.calibration.own_runs.is_bench_output` asks of records: a file
+    whose rows are all unreadable, 1e300 t/s each, is still shown as one, its rows with their reasons), with what was
+    read of each; {} when none is."""
     from sim.calibration.own_runs import read_bench_text
     from sim.llamacpp.batched_output import read_batched_output
     from sim.llamacpp.bench_output import read_bench_output
@@ -56,7 +57,7 @@ def bench_outputs(files) -> dict[str, BenchFile]:
         text = read_bench_text(path)  # checked as a text file of at most MAX_BYTES, read once for both readers
         runs = read_bench_output(text, path)
         read = BenchFile(runs, read_batched_output(text, path))
-        records = len(runs.records) + len(read.batched.records)
+        records = len(runs.records) + len(read.batched.records) + len(read.bad)
         if records and records >= read.other / 4:
             out[path] = read
     return out
@@ -94,10 +95,10 @@ def print_bench(benches: dict[str, BenchFile], as_csv: bool, as_json: bool) -> N
         click.echo(buf.getvalue(), nl=False)
         return
     for path, read in benches.items():
-        if read.bench.records or not read.batched.records:
+        if read.bench.records or not (read.batched.records or read.batched.bad):
             click.echo(f"{path}: llama-bench output ({read.bench.format}): {len(read.bench.records)} tests, "
                        f"{read.other} other lines, {len(read.bench.bad)} unreadable rows")
-        if read.batched.records:
+        if read.batched.records or (read.batched.bad and not read.bench.records):  # a file of bad rows only too
             click.echo(f"{path}: llama-batched-bench output ({read.batched.format}): {len(read.batched.records)} "
                        f"rows, {read.other} other lines, {len(read.batched.bad)} unreadable rows")
         for b in read.bad[:5]:

@@ -15,7 +15,16 @@ def cut(text: str, width: int) -> str:
     if len(text) > width:
         head = (width - 3) // 2
         text = text[:head] + "..." + text[len(text) - (width - 3 - head):]
-    return text.replace("\n", " ")
+    return one_line(text)
+
+
+def one_line(text: str) -> str:
+    """``text`` as one terminal line: a newline is a space; other characters that would break the line or reach the
+    terminal raw (NUL, a carriage return, escape sequences, the Unicode line separators) are escaped (``\\x00``)."""
+    text = text.replace("\n", " ")
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 class ScenarioError(Exception):

@@ -11,7 +11,8 @@ speeds; ``%f`` in jsonl): ``N_KV`` is ``B*(PP+TG)``, or ``PP+B*TG`` with ``-pps`
 ``-kvu`` count ``B*(PP+TG)`` there too); at most the header's ``n_kv_max`` (the tool skips larger tests);
 ``T = T_PP + T_TG``; ``S_PP = B*PP / T_PP`` (``PP / T_PP`` with ``-pps``), ``S_TG = B*TG / T_TG``, ``S = N_KV / T``
 (newer builds: the tokens processed over ``T``). A speed of no tokens (``-ntg 0``) may be ``nan``. Negative,
-non-finite or inconsistent values make the line ``bad`` with a reason; it never becomes a record. Every non-blank
+non-finite or inconsistent values, and values outside their range (:mod:`sim.llamacpp.bench_ranges`: 1e300 t/s over a
+printed 0.000 s agrees with its time), make the line ``bad`` with a reason; it never becomes a record. Every non-blank
 line goes to one place: a record (or a header or separator), ``skipped`` or ``bad``. Nothing raises on any text but
 :class:`ScenarioError` for an input over ``MAX_BYTES`` or ``MAX_LINES``.
 """
@@ -26,6 +27,7 @@ from typing import Any
 
 from sim.core.errors import ScenarioError
 from sim.llamacpp.bench_output import MAX_BYTES, MAX_LINES, BadLine, cut_reason
+from sim.llamacpp.bench_ranges import BATCHED_NAMES, BATCHED_RANGES, out_of_range
 
 COLUMNS = ("pp", "tg", "b", "n_kv", "t_pp s", "s_pp t/s", "t_tg s", "s_tg t/s", "t s", "s t/s")  # header, lower case
 JSON_KEYS = ("pp", "tg", "pl", "n_kv", "t_pp", "speed_pp", "t_tg", "speed_tg", "t", "speed")
@@ -120,11 +122,22 @@ def _time(value: Any, name: str) -> float:
     return seconds
 
 
-def _speed(value: Any, name: str, tokens: dict[int, str], seconds: float, time_name: str,
+def _in_range(values: dict[str, Any]) -> None:
+    """:class:`_Bad` when one of ``values`` (record fields) is outside its range (:data:`BATCHED_RANGES`)."""
+    why = out_of_range(values, BATCHED_RANGES, BATCHED_NAMES)
+    if why:
+        raise _Bad(why)
+
+
+def _speed(value: Any, key: str, tokens: dict[int, str], seconds: float, time_name: str,
            places: tuple[int, int]) -> tuple[float | None, list[int]]:
     """(the speed, the token counts it may be of): those of ``tokens`` (count -> how it is reckoned) that the speed
-    ``value`` equals over ``seconds``, within the rounding of both printed numbers; :class:`_Bad` when none does."""
+    ``value`` (of the record field ``key``) equals over ``seconds``, within the rounding of both printed numbers;
+    :class:`_Bad` when none does or it is outside its range."""
+    name = BATCHED_NAMES[key]
     rate = _number(value, name)
+    if math.isfinite(rate) and rate >= 0:
+        _in_range({key: rate})
     half_t, half_s = 0.5 * 10 ** -places[0], 0.5 * 10 ** -places[1]
     matched = []
     for count in tokens:
@@ -155,6 +168,7 @@ def batched_row(cells: tuple, line: int, fmt: str, context: dict[str, Any], extr
     pp, tg, b, n_kv = (_int(v, name, low) for v, name, low in zip(cells[:4], ("PP", "TG", "B", "N_KV"), (0, 0, 1, 0),
                                                                    strict=True))
     t_pp, t_tg, t = _time(cells[4], "T_PP s"), _time(cells[6], "T_TG s"), _time(cells[8], "T s")
+    _in_range({"pp": pp, "tg": tg, "n_kv": n_kv, "t_pp_s": t_pp, "t_tg_s": t_tg, "t_s": t})
     shared = context.get("is_pp_shared")
     apart, together = b * (pp + tg), pp + b * tg
     if n_kv != apart and (shared is False or n_kv != together):
@@ -168,10 +182,10 @@ def batched_row(cells: tuple, line: int, fmt: str, context: dict[str, Any], extr
     prompts = {b * pp: "B*PP", pp: "PP (-pps)"} if shared is None else {pp: "PP (-pps)"} if shared else {b * pp: "B*PP"}
     if n_kv == together != apart:  # only a shared prompt is counted once
         prompts = {pp: "PP (-pps)"}
-    s_pp, prompt = _speed(cells[5], "S_PP t/s", prompts, t_pp, "T_PP s", places)
-    s_tg, _ = _speed(cells[7], "S_TG t/s", {b * tg: "B*TG"}, t_tg, "T_TG s", places)
+    s_pp, prompt = _speed(cells[5], "s_pp_tok_s", prompts, t_pp, "T_PP s", places)
+    s_tg, _ = _speed(cells[7], "s_tg_tok_s", {b * tg: "B*TG"}, t_tg, "T_TG s", places)
     totals = {n_kv: "N_KV"} | {p + b * tg: "the tokens processed" for p in prompt}
-    s, total = _speed(cells[9], "S t/s", totals, t, "T s", places)
+    s, total = _speed(cells[9], "s_tok_s", totals, t, "T s", places)
     prompt = [p for p in prompt if n_kv in total or p + b * tg in total]  # the reckonings S agrees with
     fields = {key: context[key] for key in HEADER_KEYS if context.get(key) is not None}
     if shared is None and pp and b > 1 and len(prompt) == 1:
@@ -232,13 +246,19 @@ class _Reader:
             self.other(index, text)
 
     def other(self, index: int, text: str) -> None:
-        """A line that is no row: skipped; the main: line sets the run's settings, a new run ends them."""
-        self.runs.skipped.append(index + 1)
+        """A line that is no row: skipped; the main: line sets the run's settings (bad when one is outside its
+        range: the run's rows are then read without them), a new run ends them."""
         if text.startswith("main:") and "n_kv_max" in text and len(text) < 2000:
             self.names = None
             self.context = header_settings({k: int(v) for k, v in _SETTING.findall(text)})
+            why = out_of_range(self.context, BATCHED_RANGES, {})
+            if why:
+                self.context = {}
+                self.runs.bad.append(BadLine(index + 1, cut_reason(why)))
+                return
         elif text.startswith(("#", "```", *_LOAD)) or _PROGRAM.search(text):
             self.names, self.context = None, {}
+        self.runs.skipped.append(index + 1)
 
     def pipe_row(self, index: int, text: str) -> None:
         body = text[1:-1] if text.endswith("|") and len(text) > 1 else text[1:]
@@ -280,8 +300,13 @@ class _Reader:
             self.runs.bad.append(BadLine(index + 1, f"batched-bench record without {', '.join(missing)}"))
             return
         extra = {key: str(value) for key, value in item.items() if key not in JSON_KEYS and key not in HEADER_KEYS}
+        settings = header_settings(item)
+        why = out_of_range(settings, BATCHED_RANGES, {})
+        if why:
+            self.runs.bad.append(BadLine(index + 1, cut_reason(why)))
+            return
         self.add(index, batched_row, tuple(item[key] for key in JSON_KEYS), index + 1, "batched-bench-jsonl",
-                 header_settings(item), extra, JSON_PLACES)
+                 settings, extra, JSON_PLACES)
 
 
 def read_batched_output(text: str, source: str) -> BatchedRuns:

@@ -6,8 +6,9 @@ ik_llama.cpp sets included), llama-sweep-bench's ``| PP | TG | N_KV | T_PP s | S
 and a tg record per row; the ``main: n_kv_max = ...`` line before it gives batch sizes, threads, ngl, fa) and its
 ``--output-format jsonl``. Every non-blank line goes to one place: a record (or a header, separator or JSON bracket),
 ``skipped`` (log lines, build info, other tables: llama-batched-bench's is read by :mod:`sim.llamacpp.batched_output`)
-or ``bad`` with a reason (a row of a table's shape whose values cannot be read). Nothing raises on any text but
-:class:`ScenarioError` for an input over ``MAX_BYTES`` or ``MAX_LINES``.
+or ``bad`` with a reason (a row of a table's shape whose values cannot be read, or are outside their range:
+:mod:`sim.llamacpp.bench_ranges`). Nothing raises on any text but :class:`ScenarioError` for an input over
+``MAX_BYTES`` or ``MAX_LINES``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.errors import ScenarioError
+from sim.llamacpp.bench_ranges import FIELD_NAMES, MD_NAMES, SWEEP_NAMES, checked
+from sim.llamacpp.bench_ranges import Bad as _Bad  # a value that cannot be read: its message is the bad line's reason
 
 MAX_BYTES = 50_000_000  # largest input read (bytes of UTF-8)
 MAX_LINES = 1_000_000  # most lines read
@@ -76,10 +79,6 @@ class BenchRuns:
     records: list[BenchRecord] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)  # 1-based line numbers
     bad: list[BadLine] = field(default_factory=list)
-
-
-class _Bad(Exception):
-    """A value that cannot be read; its message is the bad line's reason."""
 
 
 _NUM = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"  # unambiguous: no backtracking
@@ -242,7 +241,7 @@ def _from_fields(values: dict[str, Any], line: int, fmt: str) -> BenchRecord:
                               "CPU")
     if "avg_ns" in values:
         out["seconds"] = _float(values["avg_ns"], "avg_ns") / 1e9
-    return BenchRecord(line, fmt, test, n_prompt, n_gen, n_depth, avg_ts, stddev, **out)
+    return checked(BenchRecord(line, fmt, test, n_prompt, n_gen, n_depth, avg_ts, stddev, **out), FIELD_NAMES)
 
 
 def _md_row(cells: list[str], names: list[str] | None, line: int) -> BenchRecord:
@@ -282,7 +281,7 @@ def _md_row(cells: list[str], names: list[str] | None, line: int) -> BenchRecord
         elif target is None:
             extra[name or f"col{index + 1}"] = text
     out.setdefault("extra", {}).update(extra)
-    return BenchRecord(line, "md", test, n_prompt, n_gen, n_depth, avg_ts, stddev, **out)
+    return checked(BenchRecord(line, "md", test, n_prompt, n_gen, n_depth, avg_ts, stddev, **out), MD_NAMES)
 
 
 def _sweep_pair(step: tuple, line: int, fmt: str, context: dict[str, Any], extra: dict[str, str] | None = None,
@@ -295,17 +294,17 @@ def _sweep_pair(step: tuple, line: int, fmt: str, context: dict[str, Any], extra
         if tokens == 0:
             continue
         time_s, rate = _float(seconds, f"T_{kind} s"), _float(speed, f"S_{kind} t/s")
-        if time_s <= 0:
-            raise _Bad(f"T_{kind} s is zero")
-        expected = tokens / time_s
-        if abs(rate - expected) > expected * (0.6 * 10 ** -places[1] / time_s + 0.01) + 0.6 * 10 ** -places[0]:
-            raise _Bad(f"S_{kind} t/s {rate:g} is not {kind} / T_{kind} s = {expected:.2f}")
         fields = {key: context[key] for key in ("n_batch", "n_ubatch", "flash_attn", "n_gpu_layers") if key in context}
         if context.get("n_threads_batch" if kind == "PP" else "n_threads") is not None:
             fields["n_threads"] = context["n_threads_batch" if kind == "PP" else "n_threads"]
         n_prompt, n_gen = (tokens, 0) if kind == "PP" else (0, tokens)
-        out.append(BenchRecord(line, fmt, label_for(n_prompt, n_gen, depth), n_prompt, n_gen, depth, rate,
-                               seconds=time_s, extra=dict(extra or {}), **fields))
+        record = checked(BenchRecord(line, fmt, label_for(n_prompt, n_gen, depth), n_prompt, n_gen, depth, rate,
+                                     seconds=time_s, extra=dict(extra or {}), **fields),
+                         SWEEP_NAMES | {"avg_ts": f"S_{kind} t/s", "seconds": f"T_{kind} s"})
+        expected = tokens / time_s
+        if abs(rate - expected) > expected * (0.6 * 10 ** -places[1] / time_s + 0.01) + 0.6 * 10 ** -places[0]:
+            raise _Bad(f"S_{kind} t/s {rate:g} is not {kind} / T_{kind} s = {expected:.2f}")
+        out.append(record)
     return out
 
 

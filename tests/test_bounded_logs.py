@@ -7,6 +7,7 @@ nothing else), and refuses a public table holding one."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 
@@ -442,3 +443,15 @@ def test_a_multibyte_character_cut_at_the_sniffed_head_is_not_binary(tmp_path):
     path.write_bytes(b"x" * 10 + b"\xff\n")
     with pytest.raises(ScenarioError, match="not a text log \\(binary data at byte 10\\)"):
         check_text_file(str(path))
+
+
+def test_own_runs_that_do_not_load_are_left_out_with_a_note(monkeypatch):
+    """A user's test the simulator cannot load (nan) says nothing about the costs: fit-offload leaves it out with a
+    note rather than fitting its capped error."""
+    from sim.calibration import own_runs as own
+
+    runs = [own.OwnRun(1, "pp", 512, 0, 160.0, None), own.OwnRun(2, "tg", 128, 999_999, 30.0, None)]
+    monkeypatch.setattr(own, "simulate", lambda scn, machine, run, params: 150.0 if run.line == 1 else math.nan)
+    kept, notes = own.loadable(None, "box", runs, None)
+    assert kept == runs[:1]
+    assert notes == ["line 2: tg128 @ d999999: does not load on this machine in the simulator (left out)"]

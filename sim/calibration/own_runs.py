@@ -9,7 +9,6 @@ parameters they inform a little and leave the others at the public fit; many run
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,26 +16,26 @@ from pydantic import ValidationError
 
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
-from sim.core.errors import ScenarioError, SimulationError
+from sim.core.errors import SimulationError
 from sim.llamacpp.bench import bench_setup
 from sim.llamacpp.bench_output import BenchRuns, read_bench_output
 from sim.llamacpp.params import CostParams
 
 MAX_BYTES = 50_000_000
+MAX_EVALUATIONS = 60  # evaluations of the fit's residuals (each simulates every run once)
 PRIOR_LOG_SD = 0.5  # how far (in log) a parameter may move from the public fit before the prior holds it back
 
 
 def read_bench_text(path: str) -> str:
-    """The text of a benchmark output file, checked as a text file of at most :data:`MAX_BYTES`; a one-line
-    ScenarioError when it cannot be read."""
+    """The text of a benchmark output file, read through :mod:`sim.core.inputs` (a regular file of at most
+    :data:`MAX_BYTES` bytes, no binary data at its start); undecodable bytes further on are replaced, as a terminal
+    shows them. A one-line ScenarioError when it cannot be read."""
     from sim.calibration.logs_io import check_text_file
+    from sim.core.inputs import read_bytes
 
     check_text_file(path)
-    if os.path.getsize(path) > MAX_BYTES:
-        raise ScenarioError(path, "", f"{os.path.getsize(path):,} bytes: expected a llama-bench output of at most "
-                            f"{MAX_BYTES:,} bytes")
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        return fh.read()
+    data, _ = read_bytes(path, "", "a llama-bench output", max_bytes=MAX_BYTES)
+    return data.decode("utf-8", errors="replace")
 
 
 def read_bench_file(path: str) -> BenchRuns:
@@ -125,9 +124,25 @@ def _own_names(st, has_pp: bool) -> list[str]:
     return names
 
 
-def fit_own(scn: Scenario, machine: str, runs: list[OwnRun], start: CostParams | None = None
-            ) -> tuple[CostParams, list[str]]:
-    """The parameters the runs move (module docstring, :func:`_own_names`); and the names it fitted."""
+def loadable(scn: Scenario, machine: str, runs: list[OwnRun], params: CostParams
+             ) -> tuple[list[OwnRun], list[str]]:
+    """The runs that load on the scenario's machine at ``params``, and a note for each that does not (a test longer
+    than the memory holds, a placement over the card): a run the simulator cannot load says nothing about the
+    parameters, and fitted it would only pull them by the capped error of a failure."""
+    kept, notes = [], []
+    for r in runs:
+        if math.isfinite(simulate(scn, machine, r, params)):
+            kept.append(r)
+        else:
+            label = f"{r.test}{r.tokens}" + (f" @ d{r.depth}" if r.depth else "")
+            notes.append(f"line {r.line}: {label}: does not load on this machine in the simulator (left out)")
+    return kept, notes
+
+
+def fit_own(scn: Scenario, machine: str, runs: list[OwnRun], start: CostParams | None = None,
+            max_evaluations: int = MAX_EVALUATIONS) -> tuple[CostParams, list[str]]:
+    """The parameters the runs move (module docstring, :func:`_own_names`); and the names it fitted. At most
+    ``max_evaluations`` evaluations of every run (the fit's cost: evaluations x runs simulated tests)."""
     from scipy.optimize import least_squares
 
     from sim.llamacpp.params import bounds
@@ -152,6 +167,6 @@ def fit_own(scn: Scenario, machine: str, runs: list[OwnRun], start: CostParams |
             errs.append(math.log(sim / r.measured) if sim > 0 and math.isfinite(sim) else 1.5)
         return np.concatenate([errs, (z - x0) / PRIOR_LOG_SD])
 
-    res = least_squares(residuals, x0, max_nfev=60, diff_step=1e-3)
+    res = least_squares(residuals, x0, max_nfev=max_evaluations, diff_step=1e-3)
     values = {n: float(f"{math.exp(v):.6g}") for n, v in zip(names, np.minimum(res.x, hi), strict=True)}
     return start.with_values(**values), names

@@ -5,24 +5,36 @@ line)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 
 import click
 
-from sim.cli.advise_options import gpu_gib_option, quant_sizes, quants_option, unified_search
+from sim.cli.advise_options import (
+    machine_spec,
+    margin_option,
+    quant_sizes,
+    quants_option,
+    search_lists,
+    shown,
+    token_options,
+    unified_search,
+)
 from sim.cli.app import fail, main, user_errors
 from sim.core.errors import ScenarioError
+from sim.core.inputs import TOKENS_PER_S
+
+MAX_EVALUATIONS = 1000  # sim fit-offload's least-squares iterations (each a Jacobian over every parameter), at most
 
 MACHINE_OPTIONS = [
-    click.option("--model", "model_file", type=click.Path(dir_okay=True), help="A config.json (with --quant) or a "
+    click.option("--model", "model_file", default=None, help="A config.json (with --quant) or a "
                  ".gguf file; default: the scenario's model."),
     click.option("--quant", default=None, help="Quantization of a config.json model (Q4_K_M, MXFP4_MOE, ...); sim "
                  "advise takes several, comma-separated, and ranks them together."),
     click.option("--model-gib", type=float, default=None, help="The GGUF file's size (GiB): tensors scaled to it."),
     click.option("--gpu", default=None, help="Catalog GPU type (sim catalog), e.g. rtx4060ti_16gb."),
-    click.option("--gpus", type=int, default=1, show_default=True, help="How many of that card."),
+    click.option("--gpus", type=int, default=1, show_default=True, help="How many of that card, at most 16 "
+                 "(llama.cpp's GGML_CUDA_MAX_DEVICES); 0: llama.cpp on the CPU alone."),
     click.option("--host", default=None, help="Catalog host (sim catalog --kind hosts), e.g. ryzen7_9700x."),
     click.option("--ram-gib", type=float, default=None, help="Host RAM installed (GiB): placements needing more "
                  "are left out."),
@@ -49,7 +61,7 @@ def _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, r
                       slot_lanes, reserved_gib, settings: dict | None = None, bench: dict | None = None,
                       gpu_gib: float | None = None):
     """(scenario, machine name): the scenario file's llama.cpp machine, or one built from the options."""
-    from sim.llamacpp.machine import MachineSpec, build_scenario, scenario_dict
+    from sim.llamacpp.machine import build_scenario, scenario_dict
 
     if scenario is not None:
         from sim.config.load import load_scenario
@@ -62,27 +74,27 @@ def _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, r
     missing = [flag for flag, v in (("--model", model_file), ("--gpu", gpu), ("--host", host)) if v is None]
     if missing:
         raise ScenarioError("command line", missing[0], "missing: give a scenario, or --model, --gpu and --host")
-    spec = MachineSpec(gpu, host, gpus=gpus, slot_gen=slot_gen, slot_lanes=slot_lanes, os=os_name,
-                       reserved_gib=reserved_gib, host_fields={"ram_gib": ram_gib} if ram_gib else {},
-                       gpu_gib=gpu_gib_option(gpu, gpu_gib))
+    spec = machine_spec(gpu, gpus, host, ram_gib, os_name, slot_gen, slot_lanes, reserved_gib, gpu_gib)
     raw = scenario_dict(spec, model_file, quant, settings or {}, model_gib, bench=bench)
     return build_scenario(raw, "command line"), "box"
 
 
 def _anchor(text: str | None, base) -> dict:
-    """``--anchor 'n_cpu_moe=30,ubatch_size=512:tg=25.3,pp=150'``: the placement a user measured and its rates."""
-    if not text:
+    """``--anchor 'n_cpu_moe=30,ubatch_size=512:tg=25.3,pp=150'``: the placement a user measured and its rates
+    (measurements: each a token rate in :data:`sim.core.inputs.TOKENS_PER_S`'s range)."""
+    if text is None:
         return {}
     from sim.config.llamacpp import LlamaCpp
 
     place, sep, rates = text.partition(":")
     if not sep:
-        raise ScenarioError("--anchor", text, "expected 'KEY=VALUE,...:tg=RATE,pp=RATE' (llama.cpp keys, tok/s)")
+        raise ScenarioError("--anchor", shown(text), "expected 'KEY=VALUE,...:tg=RATE,pp=RATE' (llama.cpp keys, tok/s)")
     fields = {}
     for item in filter(None, place.split(",")):
         key, _, value = item.partition("=")
         if key.strip() not in LlamaCpp.model_fields:
-            raise ScenarioError("--anchor", key, "expected an engine.llamacpp key (n_cpu_moe, n_gpu_layers, ...)")
+            raise ScenarioError("--anchor", shown(key), "expected an engine.llamacpp key (n_cpu_moe, n_gpu_layers, "
+                                "...)")
         fields[key.strip()] = value.strip()
     from pydantic import ValidationError
 
@@ -95,14 +107,12 @@ def _anchor(text: str | None, base) -> dict:
     for item in filter(None, rates.split(",")):
         test, _, value = item.partition("=")
         if test.strip() not in ("tg", "pp"):
-            raise ScenarioError("--anchor", test, "expected tg=RATE or pp=RATE (tok/s)")
-        try:
-            rate = float(value)
-        except ValueError:
-            raise ScenarioError("--anchor", value, "expected a rate (tok/s)") from None
-        if not math.isfinite(rate) or rate <= 0:
-            raise ScenarioError("--anchor", value, "expected a rate above 0 (tok/s)")
+            raise ScenarioError("--anchor", shown(test), "expected tg=RATE or pp=RATE (tok/s)")
+        rate = TOKENS_PER_S.parse(value, "--anchor", test.strip())
         out[test.strip()] = (settings, rate)
+    if not out:
+        raise ScenarioError("--anchor", shown(text), "expected the rates you measured after ':' (tg=RATE and/or "
+                            "pp=RATE, tok/s)")
     return out
 
 
@@ -132,32 +142,13 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
     the flags to paste. The machine comes from SCENARIO (its llama.cpp engine) or from --model, --gpu, --host."""
     from sim.llamacpp.advise import advise as search
 
-    def ints(text: str, flag: str) -> tuple[int, ...]:
-        try:
-            values = tuple(int(x) for x in text.split(",") if x.strip())
-        except ValueError:
-            raise ScenarioError(flag, text, "expected comma-separated whole numbers") from None
-        if not values or min(values) < 1:
-            raise ScenarioError(flag, text, "expected whole numbers of at least 1")
-        return values
-
-    kvs = tuple(x.strip() for x in kv_types.split(",") if x.strip())
-    from sim.llamacpp.memory import KV_TYPE_BYTES
-
-    bad = [k for k in kvs if k not in KV_TYPE_BYTES]
-    if bad or not kvs:
-        raise ScenarioError("--kv", kv_types, f"expected KV types among {', '.join(KV_TYPE_BYTES)}")
-    for flag, v, low in (("--prompt", n_prompt, 1), ("--gen", n_gen, 1), ("--depth", depth, 0)):
-        if v < low:
-            raise ScenarioError(flag, str(v), f"expected at least {low} token{'s' if low != 1 else ''}")
+    token_options(n_prompt, n_gen, depth, ctx)
     if top < 1:
         raise ScenarioError("--top", str(top), "expected at least 1")
-    if not math.isfinite(margin_gib) or margin_gib < 0:
-        raise ScenarioError("--margin-gib", str(margin_gib), "expected GiB, 0 or more")
-    if ctx < 1:
-        raise ScenarioError("--ctx", str(ctx), "expected at least 1 token")
+    margin_gib = margin_option(margin_gib)
     start = time.perf_counter()
     quants = quants_option(quant, anchor, model_gib)
+    nps, ubs, kvs = search_lists(parallel, ubatches, kv_types, len(quants))
     from sim.llamacpp.advise import merged
     from sim.llamacpp.params import BAND as band
     from sim.llamacpp.params import BAND_WITHIN as within
@@ -169,9 +160,8 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
         unified = unified_search(scn, machine)
         base = scn.machines[machine].engine.llamacpp
         advices[q] = search(scn, machine, n_prompt=n_prompt, n_gen=n_gen, depth=depth, ctx=ctx,
-                            anchor=_anchor(anchor, base), ubatches=ints(ubatches, "--ubatch"), kv_types=kvs,
-                            parallel=ints(parallel, "--parallel"), band=band, band_within=within,
-                            margin_gib=margin_gib)
+                            anchor=_anchor(anchor, base), ubatches=ubs, kv_types=kvs, parallel=nps, band=band,
+                            band_within=within, margin_gib=margin_gib)
     adv = advices[quants[0]] if len(quants) == 1 else merged(advices)
     if not adv.candidates:
         first = next(iter(adv.rejected.values()), "no placement searched")
@@ -202,18 +192,21 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
 @click.option("--scenario", default=None, type=click.Path(exists=True, dir_okay=False),
               help="With --bench: the scenario of the machine the runs come from (its llama.cpp engine).")
 @click.option("--max-evaluations", type=int, default=60, show_default=True,
-              help="Least-squares iterations at most (each a Jacobian over every parameter).")
+              help="Least-squares iterations at most (each a Jacobian over every parameter; 1 to 1,000).")
 @user_errors
 def fit_offload(root, out, bench_files, scenario, max_evaluations):
     """Fit the llama.cpp engine's shared cost parameters (per backend, never per card) to every public llama-bench
     table (calibration/public/, mapped by calibration/llamacpp_setups.yaml). How well they predict sources left
     out is `sim validate --public`. With --bench and --scenario: fit your machine's engine to your own llama-bench
     runs; the scenario reads the result back when you add the file to its `calibrations:`."""
+    if not 1 <= max_evaluations <= MAX_EVALUATIONS:
+        raise ScenarioError("--max-evaluations", str(max_evaluations), f"expected 1 to {MAX_EVALUATIONS:,} "
+                            "iterations")
     if bench_files or scenario:
         if not (bench_files and scenario):
             raise ScenarioError("command line", "--bench" if scenario else "--scenario",
                                 "missing: --bench FILE and --scenario SCENARIO go together")
-        return _fit_own(scenario, bench_files, out)
+        return _fit_own(scenario, bench_files, out, max_evaluations)
     out = out or "calibration/llamacpp.yaml"
     import yaml
 
@@ -299,7 +292,7 @@ def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, 
     import yaml
 
     from sim.llamacpp.cmdline import parse_command
-    from sim.llamacpp.machine import MachineSpec, build_scenario, scenario_dict
+    from sim.llamacpp.machine import build_scenario, scenario_dict
 
     cmd = parse_command(command_line)
     path = model_file
@@ -311,6 +304,7 @@ def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, 
     missing = [flag for flag, v in (("--gpu", gpu), ("--host", host)) if v is None]
     if missing:
         raise ScenarioError("command line", missing[0], "missing: the machine's catalog GPU type and host")
+    quant = quants_option(quant, None, None, most=1)[0]
     settings, notes = command_settings(cmd)
     auto = settings.pop("_fit", False)
     b = cmd.bench or {}
@@ -321,9 +315,7 @@ def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, 
         from sim.cli.llamacpp_text import batched_notes
 
         notes += batched_notes(cmd, settings)
-    spec = MachineSpec(gpu, host, gpus=gpus, slot_gen=slot_gen, slot_lanes=slot_lanes, os=os_name,
-                       reserved_gib=reserved_gib, host_fields={"ram_gib": ram_gib} if ram_gib else {},
-                       gpu_gib=gpu_gib_option(gpu, gpu_gib))
+    spec = machine_spec(gpu, gpus, host, ram_gib, os_name, slot_gen, slot_lanes, reserved_gib, gpu_gib)
     raw = scenario_dict(spec, path, quant, settings, model_gib, name="llama", bench=bench)
     raw["description"] = f"From: {command_line.strip()[:400]}"
     scn = build_scenario(raw, "command line")
@@ -373,15 +365,18 @@ def _run_batched(scn, cmd, as_json: bool) -> None:
 
 def _run_with_sweeps(raw: dict, scn, cmd, as_json: bool) -> None:
     """``sim run`` of the scenario; with llama-bench sweeps, once per combination of the swept values, each
-    validated and checked as a scenario file would be."""
+    validated and checked as a scenario file would be; at most MAX_BENCH_TESTS tests in all. A test that cannot
+    load is null in JSON (its rate, time and memory) with its ``error``, as ``sim run --json`` writes it."""
     import copy
     import itertools
 
+    from sim.core.output import dumps
     from sim.llamacpp.machine import build_scenario
     from sim.report import run_text
     from sim.runner import run, summary
 
     swept = {k: v for k, v in cmd.sweeps.items() if k in SCHEMA_KEYS}
+    _check_tests(scn, swept)
     combos = [dict(zip(swept, values, strict=True)) for values in itertools.product(*swept.values())] or [{}]
     docs = []
     for combo in combos:
@@ -398,22 +393,40 @@ def _run_with_sweeps(raw: dict, scn, cmd, as_json: bool) -> None:
                 click.echo(", ".join(f"{k}={v}" for k, v in combo.items()) + ":")
             click.echo(run_text(res), nl=False)
     if as_json:
-        click.echo(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, allow_nan=False))
+        click.echo(dumps(docs[0] if len(docs) == 1 else docs), nl=False)
 
 
-def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None) -> None:
+def _check_tests(scn, swept: dict[str, list]) -> None:
+    """A llama-bench line's tests (its -p and -n lengths at every -d, once per combination of the swept flags'
+    values), at most MAX_BENCH_TESTS, as a scenario's bench section."""
+    from sim.config.llamacpp import MAX_BENCH_TESTS
+    from sim.llamacpp.cmdline import bench_flag
+
+    tests = scn.bench.tests() if scn.bench is not None else 1
+    for values in swept.values():
+        tests *= len(values)
+    if tests > MAX_BENCH_TESTS:
+        flags = " x ".join(["-p/-n/-d tests", *(bench_flag(key) for key in swept)])
+        raise ScenarioError("command line", "bench", f"{flags} make {tests:,} tests: expected at most "
+                            f"{MAX_BENCH_TESTS:,}, as llama-bench's lists")
+
+
+def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None, max_evaluations: int = 60) -> None:
     """``sim fit-offload --bench FILE --scenario S``: a calibration file for S's llama.cpp engine."""
     import yaml
 
-    from sim.calibration.own_runs import fit_own, is_bench_output, own_runs, read_bench_file, simulate
+    from sim.calibration.own_runs import fit_own, is_bench_output, loadable, own_runs, read_bench_file, simulate
     from sim.core.output import atomic_write_text
     from sim.llamacpp.params import unit
 
     scn, machine = _machine_scenario(scenario, None, None, None, None, 1, None, None, "linux", None, 16, 0.0)
     base = scn.machines[machine].engine.llamacpp
-    runs, notes = [], []
+    runs, notes, warnings = [], [], []
     for path in bench_files:
         text_runs = read_bench_file(path)
+        if not text_runs.records and text_runs.bad:  # rows, none readable (1e300 t/s): the first one's reason
+            raise ScenarioError(path, f"line {text_runs.bad[0].line}", text_runs.bad[0].reason)
+        warnings += [f"{path}: line {b.line}: {b.reason} (row left out)" for b in text_runs.bad]
         if not is_bench_output(text_runs):
             raise ScenarioError(path, "", f"no llama-bench table or records found ({len(text_runs.skipped)} other "
                                 "lines): expected llama-bench's md, csv, json or jsonl output, or sweep-bench's")
@@ -425,7 +438,14 @@ def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None) -> No
     from sim.llamacpp.bench import bench_setup
 
     before = bench_setup(scn, machine, runs[0].settings, runs[0].tokens + runs[0].depth).engine.hw.params
-    after, names = fit_own(scn, machine, runs, before)
+    runs, why = loadable(scn, machine, runs, before)
+    notes += [f"{bench_files[0] if len(bench_files) == 1 else 'bench'}: {n}" for n in why]
+    if not runs:
+        raise ScenarioError(bench_files[0], "", "no pp or tg test that loads on the scenario's machine: "
+                            + (why[0] if why else "none to fit"))
+    after, names = fit_own(scn, machine, runs, before, max_evaluations)
+    for w in warnings:
+        click.echo(f"sim: warning: {w}", err=True)
     for n in notes:
         click.echo(f"sim: note: {n}", err=True)
     click.echo(f"{'test':14s} {'measured':>9s} {'before':>9s} {'after':>9s}  flags")

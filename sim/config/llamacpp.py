@@ -4,15 +4,32 @@ ubatch_size: 1024``), the cost parameters it was calibrated with, and the llama-
 
 from __future__ import annotations
 
-import re
-from typing import Literal
+import functools
+from typing import Literal, Protocol
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from sim.config.base import MAX_GIB, MIN_FRACTION, Strict
 from sim.core.errors import ScenarioError
+from sim.core.inputs import shown_path
 
+MAX_CTX = 10_000_000  # -c, KV cells (tokens): contexts are at most about 1e7 tokens
+MAX_UBATCH = 1_000_000  # -b and -ub (tokens)
+MAX_PARALLEL = 1024  # -np, server slots
+MAX_RULES = 1024  # -ot rules of one engine: each is searched in every tensor's name (a per-layer list: some 400)
+MAX_SHARE = 1e15  # a -ts proportion (any scale, even bytes): their sum must stay finite
+MAX_BENCH_VALUES = 4096  # values of one llama-bench list (-p, -n, -d; bench.n_prompt, ...), the command line's too
+MAX_BENCH_TESTS = 2 * MAX_BENCH_VALUES  # tests of one run (each -p and -n at each -d, each sweep): -p and -n full
+# at one depth, or sweep-bench's pp and tg at each of its 4,096 depths
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+
+
+def at_most(values: object, most: int, what: str, why: str = "") -> object:
+    """``values`` when a list of at most ``most`` items (or not a list: the schema says so); else a ValueError, before
+    the items are read."""
+    if isinstance(values, list | tuple) and len(values) > most:
+        raise ValueError(f"{len(values):,} {what}: expected at most {most:,}{why}")
+    return values
 
 
 class LlamaCppCosts(Strict):
@@ -86,17 +103,17 @@ class LlamaCpp(Strict):
         default_factory=list, description="-ot rules 'REGEX=BUFFER' (BUFFER: CPU or a card as the backend names it: "
         "CUDA0, ROCm0, Vulkan0, Metal, SYCL0, ...): a tensor whose GGUF name (blk.12.ffn_up_exps.weight) the first "
         "matching rule finds goes to that buffer.")
-    ctx_size: int = Field(4096, ge=1, le=10_000_000, description="-c: KV cells allocated, all slots together "
+    ctx_size: int = Field(4096, ge=1, le=MAX_CTX, description="-c: KV cells allocated, all slots together "
                           "(tokens).")
-    batch_size: int = Field(2048, ge=1, le=1_000_000, description="-b: logical batch (tokens).")
-    ubatch_size: int = Field(512, ge=1, le=1_000_000, description="-ub: physical batch a prompt is processed in "
+    batch_size: int = Field(2048, ge=1, le=MAX_UBATCH, description="-b: logical batch (tokens).")
+    ubatch_size: int = Field(512, ge=1, le=MAX_UBATCH, description="-ub: physical batch a prompt is processed in "
                              "(tokens).")
     threads: int | None = Field(None, ge=1, le=4096, description="-t: CPU threads (default: the host's cores).")
     flash_attn: bool | Literal["auto"] = Field("auto", description="-fa: flash attention (auto: on where the "
                                                "backend has the kernel, every GPU backend here).")
     cache_type_k: KvType = Field("f16", description="-ctk: type of the K cache.")
     cache_type_v: KvType = Field("f16", description="-ctv: type of the V cache.")
-    parallel: PositiveInt = Field(1, le=1024, description="-np: server slots decoding together.")
+    parallel: PositiveInt = Field(1, le=MAX_PARALLEL, description="-np: server slots decoding together.")
     mmap: bool = Field(True, description="--mmap / --no-mmap: weights for the CPU mapped from the file (pageable), "
                        "or read into pinned host memory (copied to a card at the link's full rate).")
     tensor_split: list[float] | None = Field(
@@ -121,31 +138,91 @@ class LlamaCpp(Strict):
         "scalar shaders).")
     costs: LlamaCppCosts = LlamaCppCosts()
 
+    @field_validator("override_tensor", mode="before")
+    @classmethod
+    def _few_rules(cls, rules: object) -> object:
+        return at_most(rules, MAX_RULES, "rules")
+
+    @field_validator("tensor_split")
+    @classmethod
+    def _finite_split(cls, shares: list[float] | None) -> list[float] | None:
+        if shares is not None and any(abs(x) > MAX_SHARE for x in shares):
+            raise ValueError(f"expected proportions of at most {MAX_SHARE:.0e} (any scale: 3,1 or 24,24)")
+        return shares
+
 
 class Bench(Strict):
     """A llama-bench run: every pp test processes ``n_prompt`` tokens after ``n_depth`` tokens of context, every tg
-    test generates ``n_gen`` tokens after ``n_depth`` (llama-bench -p, -n, -d)."""
+    test generates ``n_gen`` tokens after ``n_depth`` (llama-bench -p, -n, -d). Each list holds at most
+    :data:`MAX_BENCH_VALUES` values and the run at most :data:`MAX_BENCH_TESTS` tests, as on the command line."""
 
     machine: str = Field(description="Machine whose llama.cpp engine runs the tests.")
     n_prompt: list[int] = Field(default_factory=lambda: [512], description="-p: prompt lengths (tokens; 0: none).")
     n_gen: list[int] = Field(default_factory=lambda: [128], description="-n: generated lengths (tokens; 0: none).")
     n_depth: list[int] = Field(default_factory=lambda: [0], description="-d: context already in the KV (tokens).")
 
+    @field_validator("n_prompt", "n_gen", "n_depth", mode="before")
+    @classmethod
+    def _few(cls, values: object) -> object:
+        return at_most(values, MAX_BENCH_VALUES, "values", ", as llama-bench's lists on a command line")
 
-def parse_rules(rules: list[str], source: str, key: str, gpus: tuple[str, ...]) -> list[tuple[re.Pattern, str]]:
+    def tests(self) -> int:
+        """How many tests the run has: every pp and tg length above 0 at every depth."""
+        return (sum(1 for p in self.n_prompt if p) + sum(1 for n in self.n_gen if n)) * len(self.n_depth)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Bench:
+        if self.tests() > MAX_BENCH_TESTS:
+            raise ValueError(f"{self.tests():,} tests (pp and tg lengths above 0, times depths): expected at most "
+                             f"{MAX_BENCH_TESTS:,}")
+        return self
+
+
+class Matcher(Protocol):
+    """A compiled ``-ot`` regex: ``search(name)`` is a match (truthy) when the expression is found anywhere in the
+    tensor's name, as llama.cpp's ``std::regex_search``, else None."""
+
+    def search(self, text: str) -> object | None: ...
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_rule(pattern: str) -> Matcher:
+    """``pattern`` compiled by RE2, whose matching takes time linear in the name whatever the pattern (a pasted
+    ``(.|.)*Z`` backtracks for minutes in Python's re); raises ValueError with RE2's reason when it cannot compile
+    (backreferences and lookaround have no linear-time match)."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # else RE2 writes its own lines on stderr
+    try:
+        return re2.compile(pattern, options)
+    except (re2.error, UnicodeError, TypeError, ValueError) as exc:
+        reason = exc.args[0] if exc.args else exc
+        raise ValueError(reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)) from None
+
+
+def _shown(text: str, width: int = 60) -> str:
+    """``text`` quoted for a one-line error: control characters escaped, cut to ``width`` characters."""
+    shown = shown_path(text)
+    return f"'{shown}'" if len(shown) <= width else f"'{shown[:width - 3]}...'"
+
+
+def parse_rules(rules: list[str], source: str, key: str, gpus: tuple[str, ...]) -> list[tuple[Matcher, str]]:
     """``-ot`` rules ``REGEX=BUFFER`` as (compiled expression, device). A buffer is CPU or a card (CUDA0, ROCm0,
-    Vulkan0, Metal, ...; any case; a ``_Host``/``_Mapped`` suffix is CPU memory too). Raises ScenarioError naming the
-    rule."""
+    Vulkan0, Metal, ...; any case; a ``_Host``/``_Mapped`` suffix is CPU memory too). The expressions are RE2's
+    (:func:`compile_rule`), searched anywhere in a tensor's name. Raises ScenarioError naming the rule."""
     out = []
     for i, rule in enumerate(rules):
         pattern, sep, buffer = rule.rpartition("=")
         if not sep or not pattern:
-            raise ScenarioError(source, f"{key}.{i}", f"'{rule}': expected a rule REGEX=BUFFER, e.g. "
+            raise ScenarioError(source, f"{key}.{i}", f"{_shown(rule)}: expected a rule REGEX=BUFFER, e.g. "
                                 "'blk\\.(1[0-9])\\.ffn_.*_exps=CPU'")
         try:
-            compiled = re.compile(pattern)
-        except re.error as exc:
-            raise ScenarioError(source, f"{key}.{i}", f"'{pattern}': not a regular expression ({exc})") from None
+            compiled = compile_rule(pattern)
+        except ValueError as exc:
+            raise ScenarioError(source, f"{key}.{i}", f"{_shown(pattern)}: not a regular expression RE2 compiles "
+                                f"({exc}); sim matches -ot rules with RE2, in time linear in the name, which has no "
+                                "backreference nor lookaround") from None
         device = buffer.strip().upper()
         by_upper = {g.upper(): g for g in gpus}
         if device.endswith(("_HOST", "_MAPPED")) or device == "CPU":
@@ -153,7 +230,7 @@ def parse_rules(rules: list[str], source: str, key: str, gpus: tuple[str, ...]) 
         elif device in by_upper:
             device = by_upper[device]
         else:
-            raise ScenarioError(source, f"{key}.{i}", f"buffer '{buffer}': expected CPU or one of the machine's "
+            raise ScenarioError(source, f"{key}.{i}", f"buffer {_shown(buffer)}: expected CPU or one of the machine's "
                                 f"cards ({', '.join(gpus) or 'none'})")
         out.append((compiled, device))
     return out

@@ -13,6 +13,7 @@ from sim.core.errors import SimulationError
 from sim.llamacpp.params import CostParams
 from sim.llamacpp.setup import LlamaSetup, setup_llamacpp
 
+MAX_EXACT_UBATCHES = 256  # a pp test of more ubatches sums its parts as its time is summed (first, last, rest)
 BENCH_COLUMNS = ("machine", "test", "n_prompt", "n_gen", "n_depth", "tok_s", "seconds", "gpu_s", "cpu_s", "link_s",
                  "split_s", "fixed_s", "vram_gib", "ram_gib", "error")
 
@@ -48,12 +49,16 @@ def test_name(n_prompt: int, n_gen: int, n_depth: int) -> str:
 
 
 def run_test(setup: LlamaSetup, n_prompt: int, n_gen: int, n_depth: int) -> BenchRow:
-    """One pp (``n_prompt`` > 0) or tg test on a loaded engine."""
+    """One pp (``n_prompt`` > 0) or tg test on a loaded engine. Where a pp test's time went is the sum of its
+    ubatches, each computed, up to :data:`MAX_EXACT_UBATCHES` of them; beyond, the closed form of its time (so a
+    10M-token prompt in ubatches of one token costs no more than a short one)."""
     e, s = setup.engine, setup.settings
     ubatch = min(s.ubatch_size, s.batch_size)
     if n_prompt:
         seconds, tokens = e.prompt_s(n_prompt, n_depth, ubatch), n_prompt
-        parts = [e.ubatch(min(ubatch, n_prompt - done), n_depth + done) for done in range(0, n_prompt, ubatch)]
+        many = -(-n_prompt // ubatch) > MAX_EXACT_UBATCHES
+        parts = [e.prompt_parts(n_prompt, n_depth, ubatch)] if many else \
+            [e.ubatch(min(ubatch, n_prompt - done), n_depth + done) for done in range(0, n_prompt, ubatch)]
     else:
         seconds, tokens = e.generate_s(n_gen, n_depth), n_gen
         first, last = e.decode_step(1, n_depth), e.decode_step(1, n_depth + n_gen - 1)
@@ -81,7 +86,7 @@ def run_bench(scn: Scenario, machine: str | None = None, settings: LlamaCpp | No
               params: CostParams | None = None, n_prompt: list[int] | None = None, n_gen: list[int] | None = None,
               n_depth: list[int] | None = None) -> list[BenchRow]:
     """Every test of the scenario's ``bench`` section (or the lists given), pp tests first, as llama-bench orders
-    them. A test whose buffers do not fit is a row with its error."""
+    them. A test whose buffers do not fit is a row with its error, its numbers NaN."""
     b = scn.bench
     machine = machine or (b.machine if b is not None else None)
     assert machine is not None
@@ -97,8 +102,9 @@ def run_bench(scn: Scenario, machine: str | None = None, settings: LlamaCpp | No
         try:
             st = bench_setup(scn, machine, settings, p + n + d, params)
         except SimulationError as exc:
-            rows.append(BenchRow(machine, test_name(p, n, d), p, n, d, float("nan"), float("nan"), 0, 0, 0, 0, 0,
-                                 float("nan"), float("nan"), str(exc)))
+            nan = float("nan")  # not run: no rate, time or memory (null in JSON, a blank cell in a table)
+            rows.append(BenchRow(machine, test_name(p, n, d), p, n, d, nan, nan, nan, nan, nan, nan, nan, nan, nan,
+                                 str(exc)))
             continue
         rows.append(run_test(st, p, n, d))
     return rows

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.config.llamacpp import MAX_BENCH_VALUES
 from sim.core.errors import ScenarioError
 from sim.core.shell import ENV as _ENV
 from sim.core.shell import FLOAT as _FLOAT
@@ -43,7 +44,7 @@ from sim.llamacpp.cmdline_batched import FLAG_ROWS, batched_sizes
 
 SOURCE = "command line"  # the "file" an error names
 MAX_LINE_CHARS = 100_000  # a pasted command line, at most (characters; shlex reads some 100k a second)
-MAX_VALUES = 4096  # values one llama-bench flag (or sweep-bench's depths) may expand to
+MAX_VALUES = MAX_BENCH_VALUES  # values one llama-bench flag (or sweep-bench's depths) may expand to: a scenario's too
 ALL_LAYERS = 999  # what ``-ngl all`` is read as: any count at or above the model's layers puts every layer on a GPU
 AUTO_LAYERS = -1  # what ``-ngl auto`` is read as; llama.cpp's own value for auto (older builds: "default")
 INT32_MAX = 2**31 - 1
@@ -353,6 +354,11 @@ def _bench_sizes(cmd: LlamaCommand, values: dict[str, list]) -> None:
     cmd.model_path = values.get("model_path", [None])[0]
     for key, default in BENCH_DEFAULTS.items():
         cmd.bench[key] = cmd.bench.get(key) or list(default)
+
+
+def bench_flag(key: str) -> str:
+    """llama-bench's (short) flag of a settings key: ``-ub`` for ``ubatch_size``."""
+    return next((flag for flag, (k, _) in _BENCH.items() if k == key), key)
 
 
 def _sweep_bench_sizes(cmd: LlamaCommand) -> None:

@@ -461,6 +461,10 @@ class Engine:
         """One ubatch of ``tokens`` prompt tokens after ``context`` tokens of cache (s, by where it goes)."""
         return self._parts(self.ubatch_ledger(tokens, context))
 
+    def prompt_parts(self, tokens: int, context: float = 0.0, ubatch: int = 512) -> StepParts:
+        """Where :meth:`prompt_s`'s time goes (s): the same sum of ubatches, by device."""
+        return self._parts(self.prompt_ledger(tokens, context, ubatch))
+
     def prompt_s(self, tokens: int, context: float = 0.0, ubatch: int = 512) -> float:
         """A prompt of ``tokens`` tokens after ``context`` tokens of cache, in ubatches of ``ubatch`` (s)."""
         return self.prompt_ledger(tokens, context, ubatch).seconds(self._values)

@@ -40,7 +40,7 @@ def scenario_dict(spec: MachineSpec, model_file: str, quant: str | None, setting
     gpus: dict[str, Any] = {}
     if spec.gpu is not None:
         card = gpu_entries().get(spec.gpu, {})
-        gen = spec.slot_gen or card.get("pcie_max_gen") or 4
+        gen = spec.slot_gen if spec.slot_gen is not None else card.get("pcie_max_gen") or 4  # 0 is for the schema
         for i in range(spec.gpus):  # a unified-memory chip has no slot (filled in as none)
             gpus[f"gpu{i}"] = {"type": spec.gpu} if card.get("unified") else \
                 {"type": spec.gpu, "slot_gen": gen, "slot_lanes": spec.slot_lanes}
@@ -49,7 +49,7 @@ def scenario_dict(spec: MachineSpec, model_file: str, quant: str | None, setting
     model: dict[str, Any] = {"file": os.path.abspath(model_file)}
     if quant:
         model["quant"] = quant
-    if file_gib:
+    if file_gib is not None:  # 0 included: the schema refuses it
         model["weights_gib"] = file_gib
     key = model_key(model_file)
     engine: dict[str, Any] = {"model": key, "llamacpp": dict(settings)}

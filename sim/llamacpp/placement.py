@@ -15,7 +15,8 @@ llama.cpp's rules, in its order:
   VRAM).
 - ``-ot REGEX=BUFFER`` rules, ``--cpu-moe`` and ``--n-cpu-moe N`` (which stand for the rules
   ``blk\\.(0|...|N-1)\\.ffn_(up|down|gate)_exps=CPU``): a tensor goes to the buffer of the first rule whose regular
-  expression is found in its name (a search, not a full match), whatever ``-ngl`` said.
+  expression is found in its name (a search, not a full match), whatever ``-ngl`` said. The ``-ot`` expressions are
+  RE2's (linear time whatever is pasted, :func:`sim.config.llamacpp.compile_rule`); the flags' own rules are fixed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from sim.config.llamacpp import parse_rules  # noqa: F401 - re-exported: the rules are parsed where they are checked
+from sim.config.llamacpp import (
+    Matcher,
+    parse_rules,  # noqa: F401 - re-exported: the rules are parsed where they are checked
+)
 from sim.modelfiles.geometry import ModelGeometry
 
 CPU = "CPU"
@@ -181,7 +185,7 @@ def kernel_class(qtype: str) -> str:
 
 
 def place(model: ModelTensors, *, n_gpu_layers: int, gpus: tuple[str, ...], split: list[float],
-          rules: list[tuple[re.Pattern, str]], n_cpu_moe: int = 0, cpu_moe: bool = False) -> Placement:
+          rules: list[tuple[Matcher, str]], n_cpu_moe: int = 0, cpu_moe: bool = False) -> Placement:
     """Every tensor's device by llama.cpp's rules (module docstring). ``split``: each card's share of the GPU
     blocks (any positive scale), in ``gpus``' order."""
     blocks = model.blocks
@@ -204,10 +208,10 @@ def place(model: ModelTensors, *, n_gpu_layers: int, gpus: tuple[str, ...], spli
     moe_rule = None
     if cpu_moe:
         moe_rule = (re.compile(r"\.ffn_(up|down|gate)_exps"), CPU)
-    elif n_cpu_moe > 0:
-        moe_rule = (re.compile(r"^blk\.(" + "|".join(str(i) for i in range(n_cpu_moe)) + r")\.ffn_(up|down|gate)_exps"),
-                    CPU)
-    all_rules = list(rules) + ([moe_rule] if moe_rule else [])
+    elif n_cpu_moe > 0:  # layers past the model's blocks have no tensor: the rule lists only those it has
+        layers = "|".join(str(i) for i in range(min(n_cpu_moe, blocks)))
+        moe_rule = (re.compile(r"^blk\.(" + layers + r")\.ffn_(up|down|gate)_exps"), CPU)
+    all_rules: list[tuple[Matcher, str]] = list(rules) + ([moe_rule] if moe_rule else [])
     devices = []
     for t in model.tensors:
         if t.role == "embedding":

@@ -377,3 +377,17 @@ def test_a_measured_table_named_with_a_nul_byte_is_shown_escaped(tmp_path: Path)
     with pytest.raises(ScenarioError) as err:
         resolve_overlays([overlay], str(tmp_path / "sweep.yaml"))
     assert err.value.path == "measured.0.table" and "a\\x00b.csv" in str(err.value) and "\0" not in str(err.value)
+
+
+@pytest.mark.parametrize("args", [["llama", "llama-server", "--write", "a\0b"], ["run", "scenarios/home\0lab.yaml"],
+                                  ["advise", "x\0.yaml"], ["fit-offload", "--bench", "b\0", "--scenario", "s"]])
+def test_a_nul_byte_in_any_argument_is_one_line(args):
+    """No shell passes a NUL byte, but a caller of ``main`` can: click's Path type would raise ``ValueError`` from
+    ``os.stat`` (exit 70); the command line refuses it first, whatever the option."""
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and r.output.count("\n") == 1
+    assert "an argument holds a NUL byte" in r.output and "\\x00" in r.output

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from sim.core.errors import ScenarioError, SimulationError, cut
+from sim.core.errors import ScenarioError, SimulationError, cut, one_line
 
 MAX_USAGE_CHARS = 500  # of a usage error (a bad option value is quoted in it), cut in the middle beyond
 READER_GONE = 128 + 13  # exit status when stdout's reader went away: 128 + SIGPIPE, as the shell reports `yes | head`
@@ -213,6 +213,10 @@ class OneLineErrors(click.Group):
         set_enabled(None)  # a progress display when stderr is a terminal, unless the command says --quiet
         guard_stdout()
         kwargs.pop("standalone_mode", None)
+        given = args[0] if args else kwargs.get("args")
+        nul = next((a for a in (given or ()) if isinstance(a, str) and "\0" in a), None)
+        if nul is not None:  # no shell passes one; a caller of main() can, and os.stat would raise on it
+            fail(f"command line: {cut(one_line(nul), 80)}: an argument holds a NUL byte: expected text without one", 2)
         try:
             return super().main(*args, standalone_mode=False, **kwargs)
         except StdoutClosed:  # the reader went away (| head): end quietly, as a tool killed by SIGPIPE does

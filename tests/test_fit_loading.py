@@ -19,12 +19,12 @@ def table(tmp_path, text, name="t.csv"):
 
 
 @pytest.mark.parametrize("body, words", [
-    ("machine,cold_gbps,hot_gbps\nrtx4090_box,0,4\n", "finite positive"),
-    ("machine,cold_gbps,hot_gbps\nrtx4090_box,inf,4\n", "finite positive"),
-    ("machine,cold_gbps,hot_gbps\nrtx4090_box,-1,4\n", "finite positive"),
-    ("machine,cold_gbps,hot_gbps\nrtx4090_box,nan,4\n", "finite positive"),
+    ("machine,cold_gbps,hot_gbps\nrtx4090_box,0,4\n", "expected a bandwidth above 0"),
+    ("machine,cold_gbps,hot_gbps\nrtx4090_box,inf,4\n", "expected a bandwidth above 0"),
+    ("machine,cold_gbps,hot_gbps\nrtx4090_box,-1,4\n", "expected a bandwidth above 0"),
+    ("machine,cold_gbps,hot_gbps\nrtx4090_box,nan,4\n", "expected a bandwidth above 0"),
     ("machine,cold_gbps,hot_gbps,file_gb\nrtx4090_box,1,4,0\n", "row 1.file_gb"),
-    ("machine,cold_gbps,hot_gbps\nrtx4090_box,abc,4\n", "finite positive"),
+    ("machine,cold_gbps,hot_gbps\nrtx4090_box,abc,4\n", "expected a bandwidth above 0"),
     ("machine,cold_gbps,hot_gbps,link_gbps\nmac,6,16,20\n", "no PCIe link"),
     ("machine,cold_gbps,hot_gbps\n", "at least one row"),
     ("cold_gbps,hot_gbps\n1,2\n", "missing ['machine']"),

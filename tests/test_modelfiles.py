@@ -187,7 +187,7 @@ def one_line(exc: ScenarioError) -> str:
 def test_config_errors_are_one_line_naming_file_and_key(tmp_path):
     with pytest.raises(ScenarioError) as e:
         read_model_file(str(tmp_path / "missing.json"))
-    assert "missing.json" in one_line(e.value) and "no such file" in str(e.value)
+    assert "missing.json" in one_line(e.value) and "file not found" in str(e.value)
     bad = tmp_path / "bad.json"
     bad.write_text('{"model_type": "llama",')
     with pytest.raises(ScenarioError) as e:
@@ -362,7 +362,7 @@ def test_gguf_split_file_is_read_whole(tmp_path):
     with pytest.raises(ScenarioError, match="give the first"):
         read_gguf(str(tmp_path / shards[1]))
     os.remove(tmp_path / shards[-1])
-    with pytest.raises(ScenarioError, match="no such file"):
+    with pytest.raises(ScenarioError, match="file not found"):
         read_gguf(str(tmp_path / shards[0]))
 
 

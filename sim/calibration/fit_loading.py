@@ -22,11 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.config.checks import MAX_CHUNKS
 from sim.config.load import validate
 from sim.config.paths import get_dotted, set_dotted
 from sim.config.scenario import Scenario
 from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
+from sim.core.inputs import BANDWIDTH_GBPS, SIZE_GB
 from sim.core.tables import number, read_measured
 from sim.core.units import GB, GIB, MIB
 from sim.lab import loading
@@ -45,6 +47,19 @@ class Observation:
     source: str
 
 
+def file_size_gb(row: dict, path: str, i: int, required: bool, scn: Scenario) -> float | None:
+    """Row ``i``'s ``file_gb`` (GB), None when blank and not ``required``: a size (:data:`SIZE_GB`), and a load of at
+    most ``MAX_CHUNKS`` chunks of the scenario's ``loading.chunk_mib``, the bound a scenario's models are held to
+    (beyond it a load is events without end)."""
+    file_gb = number(row, "file_gb", path, i, required, SIZE_GB)
+    chunk_mib = scn.loading.chunk_mib
+    if file_gb is not None and file_gb * GB > MAX_CHUNKS * chunk_mib * MIB:
+        raise ScenarioError(path, f"row {i}.file_gb", f"{file_gb:,.6g} GB is more than {MAX_CHUNKS:,} chunks of "
+                            f"loading.chunk_mib ({chunk_mib:g} MiB): expected a model file of at most "
+                            f"{MAX_CHUNKS * chunk_mib * MIB / GB:,.6g} GB, or a larger chunk_mib")
+    return file_gb
+
+
 def read_observations(paths: list[str], scn: Scenario) -> list[Observation]:
     obs: list[Observation] = []
     for path in paths:
@@ -58,7 +73,7 @@ def read_observations(paths: list[str], scn: Scenario) -> list[Observation]:
             if name not in scn.machines:
                 raise ScenarioError(path, f"row {i}.machine", f"bad value {name!r}: expected a machine of the scenario "
                                     f"({sorted(scn.machines)})")
-            file_gb = number(row, "file_gb", path, i, required=False)
+            file_gb = file_size_gb(row, path, i, False, scn)
             if file_gb is None:
                 model = scn.report.load_model
                 if model is None:
@@ -66,7 +81,7 @@ def read_observations(paths: list[str], scn: Scenario) -> list[Observation]:
                                         "in the scenario to use its weights")
                 file_gb = scn.models[model].weights_gib * GIB / GB
             for q in ("cold_gbps", "hot_gbps", "link_gbps"):
-                v = number(row, q, path, i, required=False)
+                v = number(row, q, path, i, False, BANDWIDTH_GBPS)
                 if v is None:
                     continue
                 if q == "link_gbps" and scn.machines[name].kind != "discrete":
@@ -151,6 +166,7 @@ def fit(raw: dict, source: str, table_paths: list[str]) -> FitResult:
         return np.array([_predict_s(s, o) * o.measured_gbps / o.file_gb - 1.0 for o in obs])
 
     x0 = [math.log(0.8 / 0.2) if p == "pcie.efficiency" else math.log(START[p.rsplit(".", 1)[1]]) for p in paths]
+    _comparable(scenario_for(np.array(x0)), obs)
     sol = least_squares(resid, np.array(x0), loss="soft_l1", f_scale=0.05, xtol=1e-12, ftol=1e-12)
     values = to_values(sol.x)
     jac = sol.jac
@@ -174,6 +190,18 @@ def fit(raw: dict, source: str, table_paths: list[str]) -> FitResult:
                           "source": o.source})
     return FitResult({p: round(v, 6) for p, v in values.items()}, {p: round(v, 6) for p, v in ses.items()},
                      exactly_determined=exact, held_fixed=fixed, residuals=residuals, dof=dof)
+
+
+def _comparable(scn: Scenario, obs: list[Observation]) -> None:
+    """A one-line error naming the first observation whose predicted load at the fit's start is not a finite
+    positive time (a size in its range, yet below a byte: 5e-324 GB)."""
+    for o in obs:
+        with np.errstate(all="ignore"):
+            seconds = _predict_s(scn, o)
+        if not (math.isfinite(seconds) and seconds > 0 and math.isfinite(seconds * o.measured_gbps / o.file_gb)):
+            raise ScenarioError(o.source, f"{o.machine}.{o.quantity}", f"{o.measured_gbps:.4g} GB/s of a "
+                                f"{o.file_gb:.4g} GB file, predicted in {seconds:.4g} s: no finite relative error to "
+                                "fit; expected a rate and a size the machine could have measured")
 
 
 def load_raw_for_fit(path: str) -> dict:

@@ -16,11 +16,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from sim.calibration.fit_loading import file_size_gb
 from sim.config.links import link_info
 from sim.config.load import validate
 from sim.config.paths import set_dotted
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
+from sim.core.inputs import BANDWIDTH_GBPS, SECONDS, SIZE_GB, SIZE_KIB, Quantity
 from sim.core.tables import number, read_measured
 from sim.core.units import GB, KIB, MIB
 from sim.lab import loading
@@ -30,6 +32,8 @@ from sim.lab.startup import fixed_s
 
 QUANTITIES = ("direct_read_gbps", "copy_gbps", "h2d_pinned_gbps", "h2d_pageable_gbps", "read_gbps_during_load",
               "start_s")
+# What each quantity's measured value is: its unit and the range it can take (sim.core.inputs).
+MEASURED: dict[str, Quantity] = {q: SECONDS if q.endswith("_s") else BANDWIDTH_GBPS for q in QUANTITIES}
 # Where each kind of parameter starts and the physical range it may take (the fit works in logs). Latency starts
 # high, where the requests (not the disk's bandwidth) limit the rate and the rate moves with it.
 START = {"read_gbps": 2.0, "stream_gbps": 1.0, "latency_s": 0.1, "hit_s_per_gb": 0.1, "copy_gbps": 10.0,
@@ -106,11 +110,11 @@ def read_rows(path: str, scn: Scenario) -> list[Row]:
         cache = (r.get("cache") or "cold").strip() or "cold"
         if cache not in ("cold", "warm"):
             raise ScenarioError(path, f"row {i}.cache", f"{cache!r}: expected cold or warm")
-        file_gb = number(r, "file_gb", path, i, required=quantity == "start_s")
+        file_gb = file_size_gb(r, path, i, quantity == "start_s", scn)
         out.append(Row(row_id, machine, disk, loader, quantity,
-                       number(r, "request_kib", path, i, required=quantity == "direct_read_gbps"), file_gb,
-                       number(r, "gpu_gb", path, i, required=False) or 0.0, cache,
-                       number(r, "measured", path, i), role, params, path))
+                       number(r, "request_kib", path, i, quantity == "direct_read_gbps", SIZE_KIB), file_gb,
+                       number(r, "gpu_gb", path, i, False, SIZE_GB) or 0.0, cache,
+                       number(r, "measured", path, i, quantity=MEASURED[quantity]), role, params, path))
     return out
 
 
@@ -201,9 +205,10 @@ def fit(raw: dict, source: str, table: str) -> LoadsFit:
         s = scenario_for(x)
         return np.array([math.log(predict(s, r) / r.measured) for r in fits])
 
+    x0 = np.array([_start(p) for p in paths])
+    comparable(table, scenario_for(x0), fits)
     lo, hi = zip(*[[_to_x(p, b) for b in BOUNDS[p.rsplit(".", 1)[1]]] for p in paths], strict=True)
-    sol = least_squares(resid, np.array([_start(p) for p in paths]), bounds=(lo, hi), xtol=1e-12, ftol=1e-12,
-                        gtol=1e-12)
+    sol = least_squares(resid, x0, bounds=(lo, hi), xtol=1e-12, ftol=1e-12, gtol=1e-12)
     jac = sol.jac
     leverage = np.einsum("ij,jk,ik->i", jac, np.linalg.pinv(jac.T @ jac), jac)
     exact = [p for k, p in enumerate(paths) if np.all(leverage[np.abs(jac[:, k]) > 1e-12] > 1 - 1e-6)]
@@ -217,6 +222,19 @@ def fit(raw: dict, source: str, table: str) -> LoadsFit:
 
     return LoadsFit(values, exact, [report(r) for r in fits], [report(r) for r in rows0 if r.role == "check"],
                     dof=len(fits) - len(paths))
+
+
+def comparable(table: str, scn: Scenario, rows: list[Row]) -> None:
+    """A one-line error naming the first row whose prediction at the fit's start and measured value have no finite
+    positive ratio (a value in its range, yet so small that the log ratio the fit works in overflows: 5e-324)."""
+    for r in rows:
+        with np.errstate(all="ignore"):
+            simulated = predict(scn, r)
+            ratio = simulated / r.measured
+        if not (math.isfinite(ratio) and ratio > 0):
+            raise ScenarioError(table, f"row {r.row_id}", f"measured {r.measured:.4g} against {simulated:.4g} "
+                                f"predicted ({r.quantity}): no finite ratio to fit; expected a value the scenario's "
+                                "machine could have measured")
 
 
 def _with(raw: dict, values: dict[str, float], source: str) -> dict:

@@ -16,12 +16,17 @@ from sim.calibration.targets import Experiment, Target, TargetBuilder
 from sim.config.calibrate import Calibrate
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
+from sim.core.inputs import SECONDS, SHARE, TOKENS, TOKENS_PER_S, Quantity
 from sim.core.tables import read_measured
 
 RATES = ("prefill_tok_s", "decode_tok_s", "ttft_s")
 SHARES = ("expert_hit_rate", "pcie_share")
 REPLAY = "requests"
 ALIASES = {"hit_rate": "expert_hit_rate"}  # the column name of requests.csv (sim run --out) and of request tables
+# What a request table's cells are (checked where the table is read; engine logs' rows are checked by their reader)
+CELLS: dict[str, Quantity] = {"prompt_tokens": TOKENS, "cached_tokens": TOKENS, "output_tokens": TOKENS,
+                              "prefill_tok_s": TOKENS_PER_S, "decode_tok_s": TOKENS_PER_S, "ttft_s": SECONDS,
+                              "expert_hit_rate": SHARE, "hit_rate": SHARE, "pcie_share": SHARE, "acceptance": SHARE}
 
 
 # What an engine's logged PCIe share counts, over routed experts. Strata: "more read by the GPU over PCIe or from
@@ -55,6 +60,19 @@ def is_request_table(path: str) -> bool:
     return bool(rows) and {"prompt_tokens", "output_tokens"} <= set(rows[0])
 
 
+def request_rows(path: str) -> list[dict[str, str]]:
+    """The rows of a request table, each number of :data:`CELLS` in its quantity's range: a value below 0 or above
+    the quantity's bound is a one-line error naming the row and column (blank, non-numeric and non-finite cells
+    stay what they were, not measured; 0 too, as ``sim run --out`` writes a rate it could not measure)."""
+    _, table = read_measured(path)
+    for i, row in enumerate(table, start=1):
+        for column, quantity in CELLS.items():
+            v = _num(row.get(column))
+            if v is not None and (v < 0 or v > quantity.hi):
+                raise ScenarioError(path, f"row {i}.{column}", quantity.problem(v) or quantity.expected())
+    return table
+
+
 def observations(logs: list[str], tables: list[str]) -> list[Observation]:
     """The completed requests of engine logs and request tables, with what each measured."""
     from sim.calibration.logs import log_sources, read_logs
@@ -65,8 +83,7 @@ def observations(logs: list[str], tables: list[str]) -> list[Observation]:
             file, _, line = str(r["line"]).rpartition(":")
             rows.append((f"{os.path.basename(file)}:{line}", r))
     for path in tables:
-        _, table = read_measured(path)
-        rows += [(f"{os.path.basename(path)} row {i + 1}", r) for i, r in enumerate(table)]
+        rows += [(f"{os.path.basename(path)} row {i}", r) for i, r in enumerate(request_rows(path), start=1)]
     out = []
     for where, r in rows:
         prompt, output = _num(r.get("prompt_tokens")), _num(r.get("output_tokens"))

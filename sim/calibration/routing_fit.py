@@ -1,42 +1,38 @@
 """Fit the routing law (:mod:`sim.moe.routing`) to public routing statistics of real MoE traces.
 
-The table (``calibration/routing_public.csv``: rows of the shared measurements' ``expert_cache.csv``, provenance
-columns kept, plus a ``role`` column, ``fit`` or ``check``) holds, per model, a per-layer LRU's hit rate against its
-capacity (a replay of the measured expert ids), the consecutive-token overlap ``|E(t) & E(t+1)| / top_k`` of each
-prompt, and ranges and typical values of reuse distance, overlap at larger distances, experts used, top-1 and top-8
-shares and entropy. The workload behind them: batch 1, 10 prompts of about 140 tokens each (prompt and 128 greedy
-tokens), a per-layer LRU of token sets started empty for every prompt and cut to its capacity at each token's end
+The table (``calibration/routing_public.csv``: rows of the shared measurements' ``expert_cache.csv`` and a ``role``,
+``fit`` or ``check``) holds per model a per-layer LRU's hit rate by capacity (a replay of measured expert ids), each
+prompt's consecutive-token overlap ``|E(t) & E(t+1)| / top_k``, and ranges and typical values of reuse distance,
+overlap at larger distances, experts used, top-1 and top-8 shares and entropy; behind them batch 1, 10 prompts of
+about 140 tokens, a per-layer LRU of token sets started empty per prompt and cut to capacity at each token's end
 (the source's ``analyze_locality.py``).
 
 The model of those numbers is the routing law's own analytic companions, per prompt and layer: the prompt's law (a
-Zipf law by rank with its model's exponent, changed with depth by ``exponent_depth_slope`` and raised to the prompt's
-skew ``exp(exponent_spread z)``), its inclusion probabilities (Rosen), the two-state chain of the reuse
-(``locality``) for overlaps at any distance, distinct experts over the prompt and reuse distances, and Che with reuse
-for a cold LRU (:func:`sim.moe.expert_cache.lru_cold_hit_rate`). The ten prompts take the skews of the ten deciles'
-midpoints ``z = Phi^-1((i - 1/2) / 10)``; the measured per-prompt overlaps, sorted, are compared with the prompts'
-overlaps sorted (they are exchangeable: which prompt is which is not known). Fitted: an exponent per model and the
-shared ``locality``, ``exponent_spread`` and ``exponent_depth_slope``, by least squares on errors in units of each
-row's tolerance (1 point for hit rates and per-prompt overlaps, 3 points for the values the source gives as ``~``),
-from several starts (deterministic), standard errors from the Jacobian where the rows over-determine them. Every row
-is also simulated from sampled routes (:class:`sim.moe.routing.RequestRouter`, the seed given) and measured as the
-source measured its traces (:class:`sim.moe.route_trace.RouteTrace`): the ``sampled`` column checks the
-companions. Ranges (``a-b``) are met when the simulated range across layers lies inside them; their error is the
-distance from the range (0 inside). ``sim fit-routing --trace`` fits a route trace's statistics instead.
+Zipf law by rank with its model's exponent, changed with depth by ``exponent_depth_slope``, raised to the prompt's
+skew ``exp(exponent_spread z)``), its inclusion probabilities (Rosen), the two-state chain of the reuse (``locality``)
+for overlaps at any distance, distinct experts and reuse distances, and Che with reuse for a cold LRU
+(:func:`sim.moe.expert_cache.lru_cold_hit_rate`). The ten prompts take the skews of the ten deciles' midpoints ``z =
+Phi^-1((i - 1/2) / 10)``; the measured per-prompt overlaps, sorted, are compared with the prompts' sorted (which
+prompt is which is not known). Fitted: an exponent per model and the shared ``locality``, ``exponent_spread`` and
+``exponent_depth_slope``, by least squares on errors in units of each row's tolerance (1 point for hit rates and
+overlaps, 3 for values the source gives as ``~``), from several starts (deterministic), standard errors from the
+Jacobian where the rows over-determine them. Every row is also simulated from sampled routes
+(:class:`sim.moe.routing.RequestRouter`, the seed given) and measured as the source measured its traces
+(:class:`sim.moe.route_trace.RouteTrace`): the ``sampled`` column checks the companions. Ranges (``a-b``) are met
+when the simulated range across layers lies inside them (error: the distance from the range). ``sim fit-routing
+--trace`` fits a route trace's statistics instead.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import least_squares
-from scipy.stats import norm
 
 from sim.core.errors import ScenarioError
+from sim.core.tables import read_measured
 from sim.moe.expert_cache import lru_cold_hit_rates
 from sim.moe.routing import (
     RoutingLaw,
@@ -47,8 +43,9 @@ from sim.moe.routing import (
     zipf_weights,
 )
 
-MAX_TABLE_BYTES = 16 * 2**20
-MAX_TABLE_ROWS = 100_000
+MAX_TABLE_BYTES, MAX_TABLE_ROWS = 16 * 2**20, 100_000  # a routing table's bytes and lines (the shipped: 29 KB)
+MAX_LAYER_EXPERTS = 2**16  # MoE layers x experts per layer of a model the fit takes (the shipped: 48 x 128)
+MAX_PROMPT_TOKENS, GAP_CELLS = 100_000, 2**22  # a prompt's tokens a layer; reuse gaps x layers x experts at a time
 PROMPTS = 10  # the source's prompts per model
 PROMPT_TOKENS = 140  # tokens per prompt and layer when the table does not say
 TOL_POINT = 0.01  # tolerance of a hit rate or an overlap (fraction): one point
@@ -114,7 +111,7 @@ EXPONENT = ("1", 0.0, 4.0, 1.0)
 
 
 def _range(text: str, path: str, row: str) -> tuple[float, float]:
-    m = re.match(r"\s*([0-9.]+)\s*-\s*([0-9.]+)\s*(%?)", text)
+    m = re.match(r"\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*-\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*(%?)", text)  # 78-106, 3-9%
     if not m:
         raise ScenarioError(path, f"row {row}.metric_value", f"{text!r}: expected a range a-b")
     scale = 0.01 if m.group(3) else 1.0
@@ -125,7 +122,8 @@ def _int(text: str, path: str, key: str) -> int:
     try:
         value = int(str(text).strip())
     except ValueError:
-        raise ScenarioError(path, key, f"{str(text)[:40]!r}: expected a whole number") from None
+        shown = repr(str(text)[:40]) if str(text).strip() else "missing value"
+        raise ScenarioError(path, key, f"{shown}: expected a whole number from 1 to 999,999") from None
     if not 0 < value < 10**6:
         raise ScenarioError(path, key, f"{value}: expected a whole number from 1 to 999,999")
     return value
@@ -135,35 +133,34 @@ def _float(text: str, path: str, key: str, lo: float, hi: float) -> float:
     try:
         value = float(str(text).strip().lstrip("~"))
     except ValueError:
-        raise ScenarioError(path, key, f"{str(text)[:40]!r}: expected a number") from None
+        shown = repr(str(text)[:40]) if str(text).strip() else "missing value"
+        raise ScenarioError(path, key, f"{shown}: expected a number from {lo:g} to {hi:g}") from None
     if not (lo <= value <= hi) or math.isnan(value):
         raise ScenarioError(path, key, f"{value:g}: expected a number from {lo:g} to {hi:g}")
     return value
 
 
+def geometry_problem(layers: int, experts: int, tokens: int = 0) -> str | None:
+    """Why ``layers`` x ``experts`` or prompts of ``tokens`` tokens a layer are beyond the fit's arrays, or None."""
+    if tokens > MAX_PROMPT_TOKENS:
+        return f"prompts of {tokens:,} tokens: expected at most {MAX_PROMPT_TOKENS:,} tokens per layer"
+    cells = layers * experts
+    return None if cells <= MAX_LAYER_EXPERTS else (f"{layers:,} layers x {experts:,} experts = {cells:,}: expected "
+                                                    f"at most {MAX_LAYER_EXPERTS:,} for the routing fit")
+
+
 def read_table(path: str) -> list[Observation]:
-    """The observations of a routing table (the columns of ``expert_cache.csv``; ``#`` lines are comments). A row
-    this module does not understand, or a bad cell, is a ScenarioError naming the row and column."""
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as fh:
-            text = fh.read(MAX_TABLE_BYTES + 1)
-    except FileNotFoundError:
-        raise ScenarioError(path, "", "file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(path, "", f"cannot read: {exc}") from None
-    if len(text) > MAX_TABLE_BYTES:
-        raise ScenarioError(path, "", f"larger than {MAX_TABLE_BYTES // 2**20} MiB")
-    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    if len(lines) > MAX_TABLE_ROWS:
-        raise ScenarioError(path, "", f"more than {MAX_TABLE_ROWS:,} rows")
-    reader = csv.DictReader(io.StringIO("\n".join(lines)))
+    """The observations of a routing table (the columns of ``expert_cache.csv``; ``#`` lines are comments), read as
+    every measured table is (:func:`sim.core.tables.read_measured`: a short row's last cells blank). A row this
+    module does not understand, or a bad cell, is a ScenarioError naming the row and column."""
+    _, rows = read_measured(path, max_bytes=MAX_TABLE_BYTES, max_lines=MAX_TABLE_ROWS)
     need = ("row_id", "source_id", "model", "n_moe_layers", "n_experts", "top_k", "metric_name", "metric_value",
             "hit_rate_pct", "cache_slots_per_layer", "workload")
-    missing = [c for c in need if c not in (reader.fieldnames or [])]
+    missing = [c for c in need if c not in rows.columns]
     if missing:
         raise ScenarioError(path, missing[0], "a column of the routing table (the columns of expert_cache.csv)")
     out: list[Observation] = []
-    for r in reader:
+    for r in rows:
         rid = (r.get("row_id") or "").strip() or "?"
         key = f"row {rid}"
         role = (r.get("role") or "fit").strip() or "fit"
@@ -174,6 +171,8 @@ def read_table(path: str) -> list[Observation]:
                    role=role)
         if geo["top_k"] > geo["experts"]:
             raise ScenarioError(path, f"{key}.top_k", "more than n_experts")
+        if too_large := geometry_problem(geo["layers"], geo["experts"]):
+            raise ScenarioError(path, f"{key}.n_experts", too_large)
         name = (r["metric_name"] or "").strip().lower()
         value = (r["metric_value"] or "").strip()
         policy = (r.get("cache_policy") or "lru").lower()
@@ -184,11 +183,13 @@ def read_table(path: str) -> list[Observation]:
                                    **geo))
         elif name.startswith("mean consecutive-token expert overlap"):
             m = re.match(r"\s*([\w.-]+):\s*(\d+)\s*tokens", r["workload"])
+            tokens = min(int(m.group(2)[:13]), 10**12) if m else PROMPT_TOKENS  # 13 digits: far beyond the bound
+            if too_long := geometry_problem(0, 0, tokens):
+                raise ScenarioError(path, f"{key}.workload", too_long)
             out.append(Observation(rid, quantity="overlap", measured=_float(value, path, f"{key}.metric_value", 0, 1),
-                                   prompt=m.group(1) if m else rid, tokens=int(m.group(2)) if m else PROMPT_TOKENS,
-                                   **geo))
+                                   prompt=m.group(1) if m else rid, tokens=tokens, **geo))
         elif name.startswith("overlap vs distance"):
-            dists = re.findall(r"d=([\d/-]+)", name)
+            dists = re.findall(r"d=(\d{1,9}(?:-\d{1,9})?(?:/\d{1,9}(?:-\d{1,9})?)*)", name)  # d=1/2/8-16
             parts = [p.strip() for p in value.split("/")]
             labels = dists[0].split("/") if dists else []
             if len(parts) != len(labels) or not parts:
@@ -230,6 +231,8 @@ class Workload:
 
     @property
     def z(self) -> np.ndarray:
+        from scipy.stats import norm  # here: a table read (and refused) does not wait for scipy
+
         n = self.tokens.size
         return norm.ppf((np.arange(n) + 0.5) / n)
 
@@ -332,21 +335,24 @@ def _reuse_quantiles(pi: np.ndarray, rho: float, tokens: np.ndarray) -> tuple[fl
     g) pi_e P_e(g)``, ``P_e(1) = a_e``, ``P_e(g) = (1 - a_e) b_e (1 - b_e)^(g - 2)`` (the two-state chain)."""
     b = returning(pi, rho)
     a = 1.0 - np.divide((1.0 - pi) * b, pi, out=np.zeros_like(pi), where=pi > 0)
-    longest = int(tokens.max()) - 1
-    pooled = np.zeros(max(longest, 1))
+    pooled = np.zeros(max(int(tokens.max()) - 1, 1))
     p90s: list[int] = []
-    for j, n in enumerate(tokens.tolist()):
-        g = np.arange(1, n)
-        if not g.size:
-            continue
-        later = (1 - b[j])[None] ** np.maximum(g - 2, 0)[:, None, None]
-        pg = np.where((g == 1)[:, None, None], a[j][None], (1 - a[j])[None] * b[j][None] * later)
-        counts = ((n - g)[:, None, None] * pi[j][None] * pg).sum(axis=2)  # [gaps, layers]
-        pooled[:g.size] += counts.sum(axis=1)
+    step = max(GAP_CELLS // pi[0].size, 1)  # gaps at a time: arrays of at most GAP_CELLS cells
+    for j, n in ((j, n) for j, n in enumerate(tokens.tolist()) if n > 1):
+        counts = np.concatenate([_reuse_counts(pi[j], a[j], b[j], n, np.arange(lo, min(lo + step, n)))
+                                 for lo in range(1, n, step)])  # [gaps, layers]
+        pooled[:n - 1] += counts.sum(axis=1)
         cdf = np.cumsum(counts, axis=0) / np.maximum(counts.sum(axis=0), 1e-300)
         p90s.extend((np.argmax(cdf >= 0.9, axis=0) + 1).tolist())
     cdf = np.cumsum(pooled) / max(pooled.sum(), 1e-300)
     return float(np.argmax(cdf >= 0.5) + 1), float(np.median(p90s)) if p90s else float("nan")
+
+
+def _reuse_counts(pi: np.ndarray, a: np.ndarray, b: np.ndarray, n: int, g: np.ndarray) -> np.ndarray:
+    """[gaps, layers] expected reuses at each gap ``g`` of a prompt of ``n`` tokens (:func:`_reuse_quantiles`)."""
+    pg = np.where((g == 1)[:, None, None], a[None], (1 - a)[None] * b[None] * (1 - b)[None] ** np.maximum(
+        g - 2, 0)[:, None, None])
+    return ((n - g)[:, None, None] * pi[None] * pg).sum(axis=2)
 
 
 def simulated(o: Observation, pred: dict[str, dict[str, object]], obs: list[Observation]) -> object:
@@ -388,8 +394,7 @@ class FitResult:
 
 def _unpack(x: np.ndarray, models: list[str], free: list[str], held: dict[str, float]) -> Params:
     exps = dict(zip(models, map(float, x[:len(models)]), strict=True))
-    vals = dict(held)
-    vals.update(dict(zip(free, map(float, x[len(models):]), strict=True)))
+    vals = {**held, **dict(zip(free, map(float, x[len(models):]), strict=True))}
     return Params(exps, **{n: vals[n] for n in SHARED})
 
 
@@ -403,12 +408,13 @@ def fit(obs: list[Observation], seed: int = 0, held: dict[str, float] | None = N
     """Least squares on the ``fit`` rows (errors over tolerance), from the declared starts and ``starts - 1`` more
     drawn from ``seed``; every row evaluated, and (``sample``) simulated from sampled routes too. ``held``: shared
     parameters held at a value (default: :data:`HELD`)."""
+    from scipy.optimize import least_squares
+
     held = {n: v for n, (v, _) in HELD.items()} if held is None else dict(held)
     models = sorted({o.model for o in obs})
     free = [n for n in SHARED if n not in held]
     wls = workloads(obs)
-    fitted = [o for o in obs if o.role == "fit" and not o.is_range and o.quantity not in ("reuse_median",
-                                                                                          "reuse_p90")]
+    fitted = [o for o in obs if o.role == "fit" and not o.is_range and o.quantity not in ("reuse_median", "reuse_p90")]
     if not fitted:
         raise ScenarioError("routing table", "role", "no fit rows")
     evals = 0

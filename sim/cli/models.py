@@ -100,11 +100,13 @@ def model(file: str, quant: str | None, kv_type: str, weights_gib: float | None,
     import yaml
 
     from sim.core.errors import ScenarioError
+    from sim.core.inputs import SIZE_BYTES
     from sim.core.output import dumps
     from sim.modelfiles import model_fields, read_model_file
 
-    if weights_gib is not None and not weights_gib > 0:
-        raise ScenarioError("--weights-gib", str(weights_gib), "expected a positive size in GiB")
+    if weights_gib is not None and (not weights_gib > 0 or SIZE_BYTES.problem(weights_gib * 2**30)):
+        raise ScenarioError("--weights-gib", str(weights_gib), f"expected a positive size in GiB, at most "
+                            f"{SIZE_BYTES.hi / 2**30:,.0f} GiB")
     g = read_model_file(file, quant, kv_type, weights_bytes=weights_gib * 2**30 if weights_gib else None)
     entry = {"models": {name or entry_name(file): model_fields(g)}}
     if as_json:

@@ -33,17 +33,18 @@ def fit_routing(table: str | None, trace: str | None, model: str, experts: int |
 
     if (table is None) == (trace is None):
         raise ScenarioError("fit-routing", "--table/--trace", "give one of --table or --trace")
+    notes: list[str] = []
     if trace is not None:
-        from sim.moe.route_trace import read_route_trace
-
-        obs = trace_rows(read_route_trace(trace, "--trace"), model, experts)
+        obs, notes = trace_observations(trace, model, experts)
+        for note in notes:
+            click.echo(f"sim: warning: {trace}: {note}", err=True)
     else:
         obs = read_table(table)
     result = fit(obs, seed=seed, sample=not no_sample)
     source = table if table is not None else trace
     command = "sim fit-routing " + (f"--table {table}" if table else f"--trace {trace} --model {model}") + \
         (f" --out {out}" if out else "") + f" --seed {seed}" + (" --no-sample" if no_sample else "")
-    text = calibration_yaml(result, command, source)
+    text = calibration_yaml(result, command, source, notes)
     if out:
         atomic_write_text(out, text)
         stem = out[:-5] if out.endswith(".yaml") else out
@@ -98,9 +99,9 @@ def summary(result) -> dict[str, float]:
     return out
 
 
-def calibration_yaml(result, command: str, table: str) -> str:
+def calibration_yaml(result, command: str, table: str, notes: list[str] = ()) -> str:
     """The fitted routing parameters with units, bounds, standard errors (or why held), a ready ``routing``
-    section per model and every row's residual."""
+    section per model and every row's residual; ``notes`` (what was left out of the input) in its header."""
     import yaml
 
     from sim.calibration.routing_fit import EXPONENT, SHARED
@@ -142,7 +143,8 @@ def calibration_yaml(result, command: str, table: str) -> str:
     header = ["# Written by `sim fit-routing`; do not edit by hand. Reproduce from the project root with:",
               f"#   {command}",
               "# Each residual: simulated (the analytic companions the counts fidelity uses) minus measured; `sampled`",
-              "# is the same row measured on routes the lookup sampler drew; ranges: distance outside the range."]
+              "# is the same row measured on routes the lookup sampler drew; ranges: distance outside the range.",
+              *[f"# note: {note}" for note in notes]]
     return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=120)
 
 
@@ -197,6 +199,55 @@ def report_markdown(result, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+MIN_LAYER_TOKENS = 2  # a layer routing fewer tokens has no consecutive pair: nothing of its reuse to fit
+
+
+def _spans(ids: list[int]) -> str:
+    """Sorted whole numbers as runs: [4, 5, 6, 9] -> '4-6, 9'."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+
+
+def trace_observations(path: str, model: str, experts: int | None) -> tuple[list, list[str]]:
+    """The observations a route trace gives (:func:`trace_rows`), and notes on what was left out: the layers that
+    route fewer than ``MIN_LAYER_TOKENS`` tokens (a far layer id among near ones, the ids between it and them).
+    A trace with no layer left, or nothing to fit, is a one-line error naming the file and ``--trace``."""
+    from sim.calibration.routing_fit import geometry_problem
+    from sim.core.errors import ScenarioError
+    from sim.moe.route_trace import read_route_trace
+
+    full = read_route_trace(path, "--trace")
+    trace, dropped = full.without_sparse_layers(MIN_LAYER_TOKENS)
+    if trace is None:
+        raise ScenarioError(path, "--trace", f"every layer routes fewer than {MIN_LAYER_TOKENS} tokens: expected "
+                            "consecutive tokens of a layer to fit the routing law to")
+    import numpy as np
+
+    if experts is not None and experts < trace.expert_count:
+        raise ScenarioError("--experts", str(experts), f"fewer experts per layer than {path} routes to: expected at "
+                            f"least {trace.expert_count} (its highest expert id + 1)")
+    tokens = int(np.unique(trace.request, return_counts=True)[1].max()) // trace.layers  # a request's, per layer
+    too_large = geometry_problem(trace.layers, experts or trace.expert_count, tokens)
+    if too_large:
+        raise ScenarioError(path, "--trace", too_large)
+    notes = []
+    if dropped:
+        many = len(dropped) > 1
+        notes.append(f"layer{'s' if many else ''} {_spans(dropped)} of 0-{full.layers - 1} route"
+                     f"{'' if many else 's'} fewer than {MIN_LAYER_TOKENS} tokens{' each' if many else ''}: left out "
+                     f"of the fit ({trace.layers} layers kept)")
+    obs = trace_rows(trace, model, experts)
+    if not any(o.role == "fit" for o in obs):
+        raise ScenarioError(path, "--trace", "no statistic to fit: expected consecutive tokens of a request in a "
+                            "layer (the overlap) or at least 8 experts a layer (the LRU hit rates)")
+    return obs, notes
+
+
 def trace_rows(trace, model: str, experts: int | None = None, capacities: tuple[int, ...] = (8, 12, 16, 24, 32, 48,
                                                                                                 64, 96, 128)
                ) -> list:
@@ -214,7 +265,7 @@ def trace_rows(trace, model: str, experts: int | None = None, capacities: tuple[
            for i, (c, h) in enumerate(zip(caps, trace.lru_hit_rates(caps), strict=True))]
     o1, who = trace.overlap(1)
     for i, r in enumerate(np.unique(who).tolist()):
-        tokens = int(np.count_nonzero(trace.request == r) // max(trace.layers, 1))
+        tokens = max(int(np.count_nonzero(trace.request == r) // max(trace.layers, 1)), 1)  # a request in few layers
         out.append(Observation(f"overlap-{r}", quantity="overlap", measured=float(o1[who == r].mean()),
                                prompt=str(r), tokens=tokens, role="fit" if i % 2 == 0 else "check", **geo))
     for ds in ((2,), (8, 16)):

@@ -226,3 +226,4 @@ TOKENS = Quantity("a token count", "tokens", 0.0, 1e9, "contexts are at most abo
                   lo_open=False)
 PARAMETERS = Quantity("a parameter count", "parameters", 0.0, 1e14, "the largest published models are about 2e12")
 SHARE = Quantity("a share", "", 0.0, 1.0, "a fraction of a whole", lo_open=False)
+SIZE_KIB = Quantity("a size", "KiB", 0.0, 1e12, "a request or buffer in KiB; 1e12 KiB is 1 PB, as SIZE_BYTES")

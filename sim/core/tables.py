@@ -1,9 +1,11 @@
 """Measured tables: CSV files whose leading ``#`` lines carry provenance and units.
 
-:func:`read_measured` rejects what it cannot read with one line naming the file, and the row and column where it
-can: text that is not UTF-8, a header with a blank or repeated column name, a malformed CSV line. A UTF-8 byte order
-mark (what spreadsheet programs write) is accepted and dropped; a short row has its last cells blank, and cells beyond
-the header's (an unquoted comma in a trailing note) stay the last column's text. Its rows are :class:`Row` dicts:
+:func:`read_measured` reads the file through the one input layer (:func:`sim.core.inputs.read_text`: a regular file,
+never a FIFO or a device, of at most ``max_bytes`` bytes and ``max_lines`` lines, UTF-8 text without NUL bytes) and
+rejects what it cannot read with one line naming the file, and the row and column where it can: a header with a blank
+or repeated column name, a malformed CSV line. A UTF-8 byte order mark (what spreadsheet programs write) is accepted
+and dropped; a short row has its last cells blank, and cells beyond the header's (an unquoted comma in a trailing
+note) stay the last column's text. Its rows are :class:`Row` dicts:
 reading a column the table does not have (``row["machine"]``) is a one-line :class:`ScenarioError`, not a
 ``KeyError``.
 """
@@ -15,8 +17,9 @@ import math
 from collections.abc import Iterable
 
 from sim.core.errors import ScenarioError
+from sim.core.inputs import MAX_LINES, MAX_TEXT_BYTES, Quantity, read_text
 
-BOM = "\ufeff"
+WHAT = "a CSV table"
 
 
 class Row(dict):
@@ -38,23 +41,17 @@ class Rows(list):
     source: str = ""
 
 
-def read_measured(path: str) -> tuple[list[str], list[dict[str, str]]]:
-    """(provenance lines without '# ', rows as dicts of strings). Errors are one-line ScenarioErrors. The rows are a
-    :class:`Rows` list of :class:`Row` dicts; row numbers in errors count data rows from 1."""
-    try:
-        with open(path, encoding="utf-8", newline="") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(path, "", f"not UTF-8 text (byte {exc.start})") from None
-    lines = text.removeprefix(BOM).splitlines()
+def read_measured(path: str, *, max_bytes: int = MAX_TEXT_BYTES, max_lines: int = MAX_LINES
+                  ) -> tuple[list[str], list[dict[str, str]]]:
+    """(provenance lines without '# ', rows as dicts of strings) of the table at ``path`` (at most ``max_bytes``
+    bytes and ``max_lines`` lines). Errors are one-line ScenarioErrors. The rows are a :class:`Rows` list of
+    :class:`Row` dicts; row numbers in errors count data rows from 1."""
+    text = read_text(path, "", WHAT, max_bytes=max_bytes, max_lines=max_lines)
+    lines = text.splitlines()
     provenance = [ln[1:].strip() for ln in lines if ln.startswith("#")]
     body = [ln for ln in lines if ln.strip() and not ln.startswith("#")]
     if not body:
         raise ScenarioError(path, "", "no header row")
-    if "\0" in text:
-        raise ScenarioError(path, "", "not a text table (it holds NUL bytes)")
     try:
         records = list(csv.reader(body))
     except csv.Error as exc:
@@ -90,8 +87,12 @@ def require_columns(path: str, rows: Iterable[dict], columns: Iterable[str], wha
                             f"{', '.join(header) or 'no columns'}")
 
 
-def number(row: dict[str, str], key: str, source: str, line: int, required: bool = True) -> float | None:
-    """A finite positive number from a measured row; None when blank and not required."""
+def number(row: dict[str, str], key: str, source: str, line: int, required: bool = True,
+           quantity: Quantity | None = None) -> float | None:
+    """A finite positive number from a measured row (``quantity``: in that quantity's range, errors saying its
+    unit); None when blank and not required."""
+    if quantity is not None:
+        return quantity.parse(row.get(key), source, f"row {line}.{key}", required)
     raw = (row.get(key) or "").strip()
     if not raw:
         if required:

@@ -31,6 +31,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from sim.core.errors import ScenarioError
+from sim.core.inputs import PARAMETERS, SIZE_BYTES
+
+MAX_LAYERS = 10_000  # blocks of a model (the deepest published ones: about 130); a larger count is a broken file
 ROLES = ("embedding", "output", "output_norm", "attention", "ffn", "experts")
 BLOCK = re.compile(r"^blk\.(\d+)\.")
 EXPERTS = re.compile(r"^blk\.\d+\.ffn_\w+_exps\.")  # ffn_gate_exps.weight, ffn_gate_up_exps, ffn_down_exps.bias
@@ -155,6 +159,7 @@ def assemble(*, tensors: list[TensorSpec], architecture: str, source: str, quant
              mtp_tensors: list[TensorSpec] | tuple[TensorSpec, ...] = (), **extra) -> ModelGeometry:
     """A geometry whose parameters and bytes follow from ``tensors``; ``extra``: the other ModelGeometry fields
     (layer_kinds, sliding_window, MLA and linear-attention dims, ...)."""
+    _plausible(source, tensors)
     routed = [t for t in tensors if t.role == "experts"]
     dense = [t for t in tensors if t.role != "experts"]
     moe_blocks = sorted({t.block for t in routed})
@@ -187,6 +192,15 @@ def assemble(*, tensors: list[TensorSpec], architecture: str, source: str, quant
         notes=tuple(all_notes), embedding_bytes=by_role["embedding"], output_bytes=output,
         attention_bytes=by_role["attention"], ffn_bytes=by_role["ffn"], output_norm_bytes=by_role["output_norm"],
         tensors=tuple(tensors), mtp_tensors=tuple(mtp_tensors), **extra)
+
+
+def _plausible(source: str, tensors: list[TensorSpec]) -> None:
+    """A one-line error naming ``source`` when the tensors add up to an impossible model: a parameter count or a size
+    outside :data:`PARAMETERS` or :data:`SIZE_BYTES` (a width of 2**31 in a config.json, a GGUF header's garbage)."""
+    for quantity, total in ((PARAMETERS, sum(t.elements for t in tensors)), (SIZE_BYTES, _sum(tensors, "bytes"))):
+        problem = quantity.problem(total)
+        if problem:
+            raise ScenarioError(source, "", f"the tensors add up to {problem} (a key of the file out of its range?)")
 
 
 def scaled(g: ModelGeometry, file_bytes: float, why: str) -> ModelGeometry:

@@ -14,7 +14,7 @@ A split file (``name-00001-of-00003.gguf``) is read whole: the other shards are 
 from __future__ import annotations
 
 import functools
-import os
+import math
 import re
 import struct
 import sys
@@ -22,10 +22,29 @@ from collections import Counter
 from typing import Any
 
 from sim.core.errors import ScenarioError
-from sim.modelfiles.geometry import ModelGeometry, assemble, delta_net_state_bytes, gqa_kv_bytes, mla_kv_bytes, spec
+from sim.core.inputs import PARAMETERS, read_head
+from sim.modelfiles.geometry import (
+    MAX_LAYERS,
+    ModelGeometry,
+    TensorSpec,
+    assemble,
+    delta_net_state_bytes,
+    gqa_kv_bytes,
+    mla_kv_bytes,
+    spec,
+)
 from sim.modelfiles.quant import kv_bytes
 
 SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+WHAT = "a .gguf model file"
+MAGIC = b"GGUF"
+HEADER_BYTES = 24  # magic, version (u32), tensor count and metadata key count (u64 each)
+VERSIONS = (2, 3)  # what gguf's reader reads
+MAX_TENSORS = 1_000_000  # tensors of a model (the largest: a few thousand); a larger count is a broken header
+MAX_METADATA = 100_000  # metadata keys (a few dozen in a real file)
+MIN_KEY_BYTES = 13  # a metadata key at least: its name's length (u64), its type (u32), a one-byte value
+MIN_TENSOR_BYTES = 24  # a tensor's entry at least: name length (u64), dimensions (u32), type (u32), offset (u64)
+MAX_DIM = 2**31  # a tensor's dimension, at most (as a config.json's widths: sim.modelfiles.hf_blocks.MAX_DIM)
 
 
 def _gguf():
@@ -81,10 +100,14 @@ class _Header:
 
     def value(self, template: str) -> Any:
         field = self.fields.get(self.key(template))
-        return None if field is None else field.contents()
+        try:
+            return None if field is None else field.contents()
+        except Exception as exc:  # a value of a type or size gguf cannot decode
+            raise ScenarioError(self.path, self.key(template), f"unreadable value ({type(exc).__name__}: {exc})") \
+                from None
 
-    def int(self, template: str, default: int | None = None, minimum: int = 1) -> int:
-        """A whole number >= ``minimum`` (the largest, when the file gives one per layer)."""
+    def int(self, template: str, default: int | None = None, minimum: int = 1, maximum: int = MAX_DIM) -> int:
+        """A whole number from ``minimum`` to ``maximum`` (the largest, when the file gives one per layer)."""
         value = self.value(template)
         if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
             value = max(value)
@@ -92,15 +115,16 @@ class _Header:
             if default is None:
                 raise ScenarioError(self.path, self.key(template), f"missing: expected a whole number >= {minimum}")
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ScenarioError(self.path, self.key(template), f"expected a whole number >= {minimum}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise ScenarioError(self.path, self.key(template), f"expected a whole number from {minimum} to "
+                                f"{maximum:,}, got {value!r}")
         return value
 
     def per_layer(self, template: str, layers: int, default: int) -> list[int]:
         """A per-layer value: the file's list, or its one number repeated."""
         value = self.value(template)
         if isinstance(value, list):
-            if len(value) < layers or not all(isinstance(v, int) and v >= 0 for v in value):
+            if len(value) < layers or not all(isinstance(v, int) and 0 <= v <= MAX_DIM for v in value):
                 raise ScenarioError(self.path, self.key(template), f"expected {layers} whole numbers, one per layer")
             return list(value[:layers])
         return [self.int(template, default, minimum=0)] * layers
@@ -124,8 +148,8 @@ def read_gguf(path: str, kv_type: str = "f16") -> ModelGeometry:
     head = _Header(path, reader, arch)
     tensors = list(reader.tensors) + others
     llm, att = keys.LLM, keys.Attention
-    blocks = head.int(llm.BLOCK_COUNT)
-    nextn = head.int(llm.NEXTN_PREDICT_LAYERS, 0, minimum=0)
+    blocks = head.int(llm.BLOCK_COUNT, maximum=MAX_LAYERS)
+    nextn = head.int(llm.NEXTN_PREDICT_LAYERS, 0, minimum=0, maximum=MAX_LAYERS)
     layers = blocks - nextn
     if layers < 1:
         raise ScenarioError(path, head.key(llm.NEXTN_PREDICT_LAYERS), f"{nextn} prediction layers of {blocks} blocks:"
@@ -138,7 +162,7 @@ def read_gguf(path: str, kv_type: str = "f16") -> ModelGeometry:
     specs, mtp = [], []
     types: dict[str, Counter[str]] = {"expert": Counter(), "dense": Counter()}
     for t in tensors:
-        ts = spec(t.name, tuple(int(n) for n in t.shape), t.tensor_type.name, int(t.n_bytes))
+        ts = _tensor(path, t)
         if ts.block >= layers:
             mtp.append(ts)
             continue
@@ -196,9 +220,34 @@ def read_gguf(path: str, kv_type: str = "f16") -> ModelGeometry:
                     kv_bytes_per_layer_f16=per_layer_f16, bytes_from="gguf", **dims)
 
 
+def _check_header(path: str) -> None:
+    """The fixed start of a GGUF file, read before gguf memory-maps it (:func:`sim.core.inputs.read_head`: a regular
+    file, never a FIFO or a device): the magic, a version gguf reads, and tensor and metadata counts that the
+    file's size can hold and that are not beyond any model's; else one line naming the file."""
+    head, size = read_head(path, "", WHAT, max_bytes=HEADER_BYTES)
+    if head[:len(MAGIC)] != MAGIC[:len(head)] or size < len(MAGIC):
+        raise ScenarioError(path, "", f"not a GGUF file (it does not begin with the magic 'GGUF'): expected {WHAT}")
+    if size < HEADER_BYTES:
+        raise ScenarioError(path, "", f"not a GGUF file ({size:,} bytes, shorter than the {HEADER_BYTES} bytes of a "
+                            f"GGUF header: cut short?): expected {WHAT}")
+    order = "little" if int.from_bytes(head[4:8], "little") & 0xFFFF else "big"  # as gguf tells the byte order
+    version = int.from_bytes(head[4:8], order)
+    if version not in VERSIONS:
+        raise ScenarioError(path, "GGUF.version", f"not a GGUF file gguf reads (version {version:,}): expected "
+                            f"version {' or '.join(map(str, VERSIONS))}")
+    tensors, keys = int.from_bytes(head[8:16], order), int.from_bytes(head[16:24], order)
+    for key, count, top, what in (("GGUF.tensor_count", tensors, MAX_TENSORS, "tensors"),
+                                  ("GGUF.kv_count", keys, MAX_METADATA, "metadata keys")):
+        if count > top:
+            raise ScenarioError(path, key, f"{count:,} {what}: expected at most {top:,} (a damaged GGUF header?)")
+    least = HEADER_BYTES + keys * MIN_KEY_BYTES + tensors * MIN_TENSOR_BYTES
+    if least > size:
+        raise ScenarioError(path, "", f"not a GGUF file ({size:,} bytes cannot hold the header's {keys:,} metadata "
+                            f"keys and {tensors:,} tensors, at least {least:,} bytes: cut short?)")
+
+
 def _open(path: str, gguf: Any) -> Any:
-    if not os.path.exists(path):
-        raise ScenarioError(path, "", "no such file: expected a .gguf model file")
+    _check_header(path)
     try:
         return _header_reader()(path)
     except PermissionError as exc:
@@ -206,6 +255,23 @@ def _open(path: str, gguf: Any) -> Any:
     except Exception as exc:  # a wrong magic, a truncated header, an empty file: numpy and gguf raise many kinds
         raise ScenarioError(path, "", f"not a GGUF file ({type(exc).__name__}: {exc}): expected a .gguf model "
                             "file (magic 'GGUF', a header gguf can read)") from None
+
+
+def _tensor(path: str, t: Any) -> TensorSpec:
+    """A tensor of the file as a TensorSpec: every dimension at least 1 and at most ``MAX_DIM`` (a zero would make
+    an empty tensor of a model, a huge one wraps gguf's element count), elements in :data:`PARAMETERS`."""
+    shape = tuple(int(n) for n in t.shape)
+    if not shape:
+        raise ScenarioError(path, t.name, "no dimensions: expected a tensor's shape")
+    if not all(1 <= n <= MAX_DIM for n in shape):
+        raise ScenarioError(path, t.name, f"a dimension of {next(n for n in shape if not 1 <= n <= MAX_DIM):,} (shape "
+                            f"{list(shape)}): expected every dimension of a tensor from 1 to {MAX_DIM:,}")
+    elements = math.prod(shape)
+    problem = PARAMETERS.problem(elements) or ("" if elements == int(t.n_elements) else "more elements than a "
+                                               "64-bit count holds")
+    if problem:
+        raise ScenarioError(path, t.name, f"shape {list(shape)}: {problem}")
+    return spec(t.name, shape, t.tensor_type.name, int(t.n_bytes))
 
 
 def _other_shards(path: str, head: _Header, gguf: Any, keys: Any) -> list[Any]:

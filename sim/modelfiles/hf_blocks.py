@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.errors import ScenarioError
-from sim.modelfiles.geometry import gqa_kv_bytes
+from sim.modelfiles.geometry import MAX_LAYERS, gqa_kv_bytes
 from sim.modelfiles.llama_quant import Slot
 
 MAX_DIM = 2**31  # a width, count or vocabulary above this is a mistake
+# counts of layers, each a block of tensors: at most MAX_LAYERS (a model of 2**31 blocks would be listed without end)
+LAYER_COUNTS = ("num_hidden_layers", "mtp_num_hidden_layers", "num_nextn_predict_layers")
 
 
 class Config:
@@ -46,8 +48,9 @@ class Config:
             if default is None:
                 raise ScenarioError(self.path, self.key(key), f"missing: expected a whole number >= {minimum}")
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_DIM:
-            raise ScenarioError(self.path, self.key(key), f"expected a whole number from {minimum} to {MAX_DIM}, "
+        top = MAX_LAYERS if key in LAYER_COUNTS else MAX_DIM
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= top:
+            raise ScenarioError(self.path, self.key(key), f"expected a whole number from {minimum} to {top}, "
                                 f"got {value!r}")
         return value
 

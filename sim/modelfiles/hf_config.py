@@ -20,13 +20,14 @@ import os
 from typing import Any
 
 from sim.core.errors import ScenarioError
+from sim.core.inputs import read_text
 from sim.modelfiles.geometry import ModelGeometry, assemble, scaled, spec
 from sim.modelfiles.hf_blocks import Config, Layout
 from sim.modelfiles.hf_layouts import BUILDERS, CLASS_DEFAULTS, NEEDED, TEXT_TYPES
 from sim.modelfiles.llama_quant import Target, ik_note
 from sim.modelfiles.quant import Quant, checkpoint_quant, gguf_quant, kv_bytes, slot_types
 
-MAX_CONFIG_BYTES = 16 * 2**20  # a config.json larger than this is not one (bytes)
+MAX_CONFIG_BYTES = 16 * 2**20  # a config.json larger than this is not one (bytes; the shipped ones: at most 20 KB)
 
 ARCHITECTURES = {mt: cls for mt, (_, cls) in BUILDERS.items()}  # model_type -> the transformers class
 _BY_CLASS = {cls: mt for mt, cls in ARCHITECTURES.items()}
@@ -57,7 +58,11 @@ def read_hf_config(path: str, quant: str | None = None, kv_type: str = "f16",
     q = _quant(path, top, cfg, quant)
     layers = len(lay.kinds)
     target = Target(lay.gguf_arch, lay.experts, lay.n_gqa, layers + _mtp_blocks(lay), lay.type_70b)
-    typed = slot_types(lay.slots + lay.mtp, q, target)
+    try:
+        typed = slot_types(lay.slots + lay.mtp, q, target)
+    except ValueError as exc:  # rows that are no whole number of the type's blocks: llama.cpp refuses them too
+        raise ScenarioError(path, "", f"{exc}: llama.cpp cannot store this model at {q.name} (a tensor's rows must be "
+                            "whole blocks of its type; a width of the config out of its range?)") from None
     specs = [spec(s.name, s.shape, t, b) for s, (t, b) in zip(lay.slots + lay.mtp, typed, strict=True)]
     tensors, mtp = specs[:len(lay.slots)], specs[len(lay.slots):]
     notes = list(lay.notes)
@@ -111,18 +116,11 @@ def _quant_notes(q: Quant) -> list[str]:
 
 
 def _load_json(path: str) -> dict[str, Any]:
+    """config.json's top-level object, read through the one input layer (a regular file of at most
+    ``MAX_CONFIG_BYTES`` bytes, UTF-8 text); anything else is one line naming the file."""
+    text = read_text(path, "", "a model's config.json (UTF-8 JSON) or a .gguf file", max_bytes=MAX_CONFIG_BYTES)
     try:
-        size = os.path.getsize(path)
-        if size > MAX_CONFIG_BYTES:
-            raise ScenarioError(path, "", f"{size} bytes: a config.json is at most {MAX_CONFIG_BYTES} bytes")
-        with open(path, encoding="utf-8") as fh:
-            raw = json.load(fh)
-    except FileNotFoundError:
-        raise ScenarioError(path, "", "no such file: expected a model's config.json or a .gguf file") from None
-    except OSError as exc:
-        raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(path, "", "not text: expected a config.json (UTF-8 JSON) or a .gguf file") from None
+        raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ScenarioError(path, "", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:

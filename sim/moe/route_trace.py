@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import stat
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from sim.core.errors import ScenarioError
+from sim.core.inputs import check_file, read_text
 from sim.moe.expert_cache import lru_set_hit_counts
 from sim.moe.routing import (
     AliasTables,
@@ -52,6 +51,8 @@ MAX_TOP_K = 256  # experts a row names
 MAX_ID = 2**20  # expert ids, layers, requests and tokens: below this
 MAX_TOKEN = 10**8
 COLUMNS = ("request", "token", "layer", "experts")
+WHAT = "a route trace (CSV or JSONL)"
+LRU_CELLS = 2**22  # an LRU replay's routes and recency arrays at a time (caches x (tokens + experts) x top_k)
 SMOOTHING_TOKENS = 1.0  # pseudo-tokens spread evenly over a layer's experts when frequencies become a law
 
 
@@ -77,6 +78,22 @@ class RouteTrace:
     def expert_count(self) -> int:
         """Experts per layer at least (the highest id + 1)."""
         return int(self.experts.max()) + 1
+
+    def without_sparse_layers(self, min_tokens: int) -> tuple[RouteTrace | None, list[int]]:
+        """(this trace without the layers that route fewer than ``min_tokens`` tokens in all, the others renumbered
+        in order; None when no layer is left), and the layer ids left out. A layer id below the highest that no row
+        names routes no tokens (a far layer id makes every one between a layer of none)."""
+        per_layer = np.bincount(self.layer, minlength=self.layers)
+        keep = per_layer >= min_tokens
+        dropped = np.flatnonzero(~keep).tolist()
+        if not dropped:
+            return self, []
+        if not keep.any():
+            return None, dropped
+        rows = keep[self.layer]
+        renumbered = (np.cumsum(keep) - 1)[self.layer[rows]]  # order kept: still sorted by request, layer, token
+        return RouteTrace(self.path, self.request[rows], self.token[rows], renumbered.astype(np.int64),
+                          self.experts[rows]), dropped
 
     def groups(self) -> list[tuple[int, int, int, int]]:
         """(request, layer, first row, end row) of each request's sequence in each layer."""
@@ -135,13 +152,18 @@ class RouteTrace:
     def lru_hit_rates(self, capacities: list[int]) -> np.ndarray:
         """Hit rate of a per-layer LRU of token sets of each capacity, started cold for each request, pooled over
         requests and layers (hits over references)."""
-        groups = self.groups()
-        length = max(b - a for _, _, a, b in groups)
-        routes = np.full((len(groups), length, self.top_k), -1, dtype=np.int64)
-        for i, (_, _, a, b) in enumerate(groups):
-            routes[i, :b - a] = self.experts[a:b]
-        hits = lru_set_hit_counts(routes, capacities, self.expert_count)
-        return hits / float((routes >= 0).sum())
+        groups = sorted(self.groups(), key=lambda g: g[3] - g[2], reverse=True)  # longest first: batches pad less
+        hits, references, i = np.zeros(len(capacities), dtype=np.int64), 0, 0
+        while i < len(groups):  # caches in batches of at most LRU_CELLS cells (one long request among short ones)
+            length = groups[i][3] - groups[i][2]
+            batch = groups[i:i + max(LRU_CELLS // ((length + self.expert_count) * self.top_k), 1)]
+            routes = np.full((len(batch), length, self.top_k), -1, dtype=np.int64)
+            for j, (_, _, a, b) in enumerate(batch):
+                routes[j, :b - a] = self.experts[a:b]
+            hits += lru_set_hit_counts(routes, capacities, self.expert_count)  # whole numbers: any batching sums
+            references += int((routes >= 0).sum())
+            i += len(batch)
+        return hits / float(references)
 
     def per_request_layer(self) -> dict[str, np.ndarray]:
         """[requests, layers] statistics of each request's tokens in each layer: distinct experts, top-1 and top-8
@@ -190,23 +212,7 @@ class RouteTrace:
 def read_route_trace(path: str, key_path: str = "routing.trace") -> RouteTrace:
     """Read and check a route trace (format: the module docstring). Errors are ``ScenarioError(path, 'line N',
     problem)`` for a bad line, ``ScenarioError(path, key_path, problem)`` for the file as a whole."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise ScenarioError(path, key_path, "file not found") from None
-    except OSError as exc:
-        raise ScenarioError(path, key_path, f"cannot read: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ScenarioError(path, key_path, "not a regular file: expected a route trace (CSV or JSONL)")
-    if st.st_size > MAX_FILE_BYTES:
-        raise ScenarioError(path, key_path, f"larger than {MAX_FILE_BYTES // 2**20} MiB")
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as fh:
-            text = fh.read(MAX_FILE_BYTES + 1)
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(path, key_path, f"not UTF-8 text ({exc.reason}, byte {exc.start})") from None
-    except OSError as exc:
-        raise ScenarioError(path, key_path, f"cannot read: {exc.strerror or exc}") from None
+    text = read_text(path, key_path, WHAT, max_bytes=MAX_FILE_BYTES, max_lines=None)
     lines = text.splitlines()
     if len(lines) > MAX_ROWS + 1:
         raise ScenarioError(path, key_path, f"more than {MAX_ROWS:,} rows")
@@ -330,10 +336,7 @@ def served_popularity(law: RoutingLaw, routing) -> tuple[np.ndarray, RoutingLaw]
     reuse replacing ``locality``)."""
     if getattr(routing, "trace", None):
         path = routing.trace
-        try:
-            st = os.stat(path)
-        except OSError:
-            raise ScenarioError(path, "routing.trace", "file not found") from None
+        st = check_file(path, "routing.trace", WHAT)
         popularity, reuse = replay_law(_cached(path, st.st_mtime_ns, st.st_size), law)
         return popularity, replace(law, locality=reuse)
     return layer_popularity(law, np.random.default_rng(routing.popularity_seed)), law

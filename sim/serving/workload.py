@@ -30,17 +30,15 @@ sends. Lengths are drawn here once per run, so the same seed gives the same requ
 
 from __future__ import annotations
 
-import errno
 import io
-import os
 import re
-import stat
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from sim.config.serve import Serve
 from sim.core.errors import ScenarioError
+from sim.core.inputs import read_text
 
 AZURE_COLUMNS = {"arrived_at": "arrival_s", "num_prefill_tokens": "prompt_tokens", "num_decode_tokens": "output_tokens"}
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
@@ -217,14 +215,7 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "
 
     A bad cell's key path is ``row N.column``, N being its line in the file (comment and blank lines counted).
     """
-    try:
-        text = _read_table_text(path, key_path)
-    except FileNotFoundError:
-        raise ScenarioError(path, key_path, "file not found") from None
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(path, key_path, f"not UTF-8 text ({exc.reason}, byte {exc.start})") from None
-    except OSError as exc:
-        raise ScenarioError(path, key_path, f"cannot read: {exc.strerror or exc}") from None
+    text = _read_table_text(path, key_path)
     df = _plain_numeric_csv(text, limit) or _pandas_csv(text, path, key_path)
     rows = _data_lines(text, len(df))
     if df.index_columns:  # pandas took the extra leading fields of the rows as an index
@@ -299,21 +290,10 @@ def read_trace(path: str, limit: int, time_scale: float = 1.0, key_path: str = "
 
 
 def _read_table_text(path: str, key_path: str) -> str:
-    """The text of a trace or lengths table: a regular file (not a device or a pipe, which may never end) of at most
-    ``MAX_FILE_BYTES`` bytes and ``MAX_FILE_ROWS`` rows (ScenarioError otherwise), UTF-8 (a leading BOM dropped)."""
-    st = os.stat(path)
-    if stat.S_ISDIR(st.st_mode):  # told as before: "cannot read: Is a directory"
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-    if not stat.S_ISREG(st.st_mode):
-        raise ScenarioError(path, key_path, "not a regular file (a device or a pipe?): expected a CSV file")
-    too_big = ScenarioError(path, key_path, f"larger than {MAX_FILE_BYTES // 2**20} MiB: expected a CSV file of at "
-                            f"most {MAX_FILE_BYTES // 2**20} MiB")
-    if st.st_size > MAX_FILE_BYTES:
-        raise too_big
-    with open(path, encoding="utf-8-sig", newline="") as fh:
-        text = fh.read(MAX_FILE_BYTES + 1)  # characters (at least as many bytes); the file may have grown since
-    if len(text) > MAX_FILE_BYTES:
-        raise too_big
+    """The text of a trace or lengths table, read through the one input layer (:func:`sim.core.inputs.read_text`: a
+    regular file, not a device or a pipe, which may never end; at most ``MAX_FILE_BYTES`` bytes; UTF-8 without NUL
+    bytes, a leading BOM dropped), of at most ``MAX_FILE_ROWS`` rows after the header (ScenarioError otherwise)."""
+    text = read_text(path, key_path, "a CSV file", max_bytes=MAX_FILE_BYTES, max_lines=None)
     breaks = text.count("\n") + text.count("\r") - text.count("\r\n")  # line ends as _data_lines splits them
     if breaks > MAX_FILE_ROWS + 1:
         raise ScenarioError(path, key_path, f"more than {MAX_FILE_ROWS:,} rows: expected at most {MAX_FILE_ROWS:,} "

@@ -226,6 +226,16 @@ def test_a_fifo_as_a_scenario_model_file_never_waits(fifo, tmp_path):
     refused(bounded("run", str(scenario)), fifo, "not a regular file (a FIFO)")
 
 
+def test_a_bad_scenario_model_file_names_its_key(tmp_path):
+    text = open(os.path.join(ROOT, "scenarios", "llamacpp_3070ti.yaml"), encoding="utf-8").read()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"num_hidden_layers": "many"}')
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(text.replace("file: ../calibration/models/qwen3-30b-a3b.json", f"file: {bad}"))
+    r = invoke("run", str(scenario))
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and str(bad) in r.output, r.output
+
+
 def test_fifo_tables_and_traces_never_wait(fifo):
     """Each command that reads a table or a trace, on a FIFO: refused at once (a child each, as a hang would stop
     the test run)."""
@@ -240,7 +250,10 @@ def test_a_sweeps_measured_table_is_read_with_the_same_checks(fifo, tmp_path):
         shutil.copytree(os.path.join(ROOT, name), tmp_path / name)
     os.replace(fifo, tmp_path / "calibration" / "strata_concurrency.csv")
     r = run_bounded(["sweep", str(sweeps / "concurrency_slots.yaml"), "--out", str(tmp_path / "out"), "--quiet"],
-                    cwd=str(tmp_path), timeout_s=20)  # --quiet: without it the sweep's banner line comes first
+                    cwd=str(tmp_path), timeout_s=20)
+    refused(r, "measured.0.table", "not a regular file (a FIFO)")
+    r = run_bounded(["sweep", str(sweeps / "concurrency_slots.yaml"), "--out", str(tmp_path / "out")],
+                    cwd=str(tmp_path), timeout_s=20)  # the tables are read before the sweep's banner is printed
     refused(r, "measured.0.table", "not a regular file (a FIFO)")
 
 

@@ -50,6 +50,9 @@ def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None,
     dask = DaskBackend(dask_address) if dask_address is not None else None  # a wrong address fails now
     try:
         prepared = prepare_tasks(plan, seed, quiet)  # every point validated before anything runs
+        from sim.sweeps.overlays import resolve_plan_overlays
+
+        resolve_plan_overlays(plan)  # a bad measured table: its one line, before the banner
         from sim.config.load import load_scenario
 
         warn_implausible(load_scenario(plan.scenario, plan.base_sets)[0], plan.scenario)  # once, at the base

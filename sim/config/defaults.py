@@ -124,7 +124,13 @@ def _fill_models(raw: dict, source: str, filled: list[str]) -> None:
                                     "file's size (GiB), or the .gguf file itself")
         else:
             given = None  # a file type llama.cpp's rules derive: its own bytes (weights_gib, if given, wins)
-        _fill_missing(spec, model_file_fields(path, quant, given), f"models.{name}", filled)
+        try:
+            fields = model_file_fields(path, quant, given)
+        except ScenarioError as exc:  # the reader names the file; the scenario's key says where it was named
+            if exc.path:
+                raise
+            raise ScenarioError(exc.source, f"models.{name}.file", exc.problem) from None
+        _fill_missing(spec, fields, f"models.{name}", filled)
 
 
 def _derivable(quant: str | None) -> bool:

@@ -85,3 +85,11 @@ def resolve_overlays(overlays: list[MeasuredOverlay], sweep_file: str, x_column:
             points.append({"label": ov.label, "source": table, "x_column": x_column, "hue_column": hue_column,
                            "hue": ov.hue, "x": x if isinstance(x, str) else sum(x) / len(x), "metrics": metrics})
     return points
+
+
+def resolve_plan_overlays(plan) -> None:
+    """Read a sweep file's measured tables into ``plan.measured_points`` once (a bad table is its one-line error,
+    raised before anything is printed or written); a plan without a sweep file, or already resolved, is left."""
+    if plan.sweep_file and not plan.measured_points:
+        x, hue = (plan.plot.x, plan.plot.hue) if plan.plot else (None, None)
+        plan.measured_points = resolve_overlays(plan.measured, plan.sweep_file, x, hue)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.core.errors import ScenarioError, SimulationError
-from sim.core.inputs import read_text
+from sim.core.inputs import parse_json, read_text
 from sim.serving.cmdline import ServingCommand
 from sim.serving.engine_defaults import CURRENT, FROM_POOL, NAMES, Gpu, Resolved, resolve
 
@@ -99,10 +99,7 @@ def _config(path: str) -> dict[str, Any]:
     """A model's config.json as a mapping (read through :mod:`sim.core.inputs`); a one-line error when it is not a
     readable JSON file. What it holds is checked by :func:`read_geometry`."""
     text = read_text(path, "--model", "a model's config.json", max_bytes=MAX_CONFIG_BYTES)
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ScenarioError(path, "--model", f"not JSON ({str(exc)[:120]}): expected a model's config.json") from None
+    doc = parse_json(text, path, "--model", "a model's config.json")
     return doc if isinstance(doc, dict) else {}
 
 

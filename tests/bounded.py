@@ -15,6 +15,22 @@ from dataclasses import dataclass
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
+# ``python -m sim ARGS`` that, as it exits, writes its own peak resident memory (VmHWM, KiB) to the file descriptor
+# given first. wait4's ru_maxrss would not do: Linux carries the parent's peak across fork and exec, so a child of a
+# pytest worker grown to 400 MiB would report 400 MiB whatever it used.
+_OWN_PEAK = """
+import atexit, os, runpy, sys
+fd = int(sys.argv.pop(1))
+def report():
+    with open("/proc/self/status") as fh:
+        kib = next((line.split()[1] for line in fh if line.startswith("VmHWM:")), "")
+    os.write(fd, kib.encode())
+atexit.register(report)
+sys.argv[0] = "sim"
+runpy.run_module("sim", run_name="__main__", alter_sys=True)
+"""
+
+
 @dataclass
 class Outcome:
     """What a bounded run of ``sim`` did: ``code`` (-9 when the time cap killed it), its output, ``seconds`` of wall
@@ -43,9 +59,12 @@ def run_bounded(args: list[str], *, cwd: str = ROOT, timeout_s: float = 60.0, me
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     child_env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": ROOT, **(env or {})}
+    peak_read, peak_write = os.pipe()
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "sim", *args], cwd=cwd, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=cap, env=child_env)
+    proc = subprocess.Popen([sys.executable, "-c", _OWN_PEAK, str(peak_write), *args], cwd=cwd,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=cap,
+                            env=child_env, pass_fds=(peak_write,))
+    os.close(peak_write)
     killed = threading.Event()
 
     def kill() -> None:
@@ -71,5 +90,8 @@ def run_bounded(args: list[str], *, cwd: str = ROOT, timeout_s: float = 60.0, me
     for r in readers:
         r.join()
     seconds = time.perf_counter() - start
+    with os.fdopen(peak_read, "rb") as fh:
+        own_kib = fh.read().decode() or None
+    peak_kib = float(own_kib) if own_kib else usage.ru_maxrss  # the child's own; else what wait4 says
     return Outcome(proc.returncode, chunks.get("out", b"").decode("utf-8", "replace"),
-                   chunks.get("err", b"").decode("utf-8", "replace"), seconds, usage.ru_maxrss / 1024, killed.is_set())
+                   chunks.get("err", b"").decode("utf-8", "replace"), seconds, peak_kib / 1024, killed.is_set())

@@ -102,7 +102,7 @@ def test_overlap_pairs_only_tokens_present(tmp_path):
     ("request,token,layer,experts\n0,0,0\n", "line 2", "3 fields"),
     ("request,token,layer,experts\n0,0,0,\n", "line 2", "no experts"),
     ('{"token": 0, "layer": 0, "experts": [1, 2]}\n{"token": 1, "layer": 0}\n', "line 2", "keys token"),
-    ('{"token": 0, "layer": 0, "experts": [1, 2]}\n{not json\n', "line 2", "not a JSON object"),
+    ('{"token": 0, "layer": 0, "experts": [1, 2]}\n{not json\n', "line 2", "not valid JSON"),
     ('{"token": 0, "layer": true, "experts": [1, 2]}\n', "line 1", "layer"),
     ("# only a comment\n", "routing.trace", "no routes"),
     ("request,token,layer,experts\n", "routing.trace", "a header only"),

@@ -20,6 +20,7 @@ plausible measurements.
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
 import stat
@@ -156,6 +157,20 @@ def read_text(path: str | os.PathLike, key_path: str = "", what: str = "a text f
     the file and ``key_path`` and saying what was expected (``what``: "a CSV table", "a YAML file", ...)."""
     data, _ = read_bytes(path, key_path, what, max_bytes=max_bytes)
     return decode_text(data, os.fspath(path), key_path, what, nul_ok=nul_ok, max_lines=max_lines)
+
+
+def parse_json(text: str, source: str, key_path: str = "", what: str = "JSON") -> object:
+    """``text`` parsed as JSON, or one line saying why not: a syntax error (with its line and column), nesting too
+    deep, or an integer too long for Python to convert (over 4,300 digits), which ``json`` raises as ``ValueError``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(source, key_path, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}: "
+                            f"expected {what}") from None
+    except RecursionError:
+        raise ScenarioError(source, key_path, f"not valid JSON: nested too deeply: expected {what}") from None
+    except ValueError:  # an integer of thousands of digits (Python converts at most 4,300)
+        raise ScenarioError(source, key_path, f"an integer of more than 4,300 digits: expected {what}") from None
 
 
 def _g(value: float) -> str:

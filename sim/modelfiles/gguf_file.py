@@ -220,7 +220,7 @@ def read_gguf(path: str, kv_type: str = "f16") -> ModelGeometry:
                     kv_bytes_per_layer_f16=per_layer_f16, bytes_from="gguf", **dims)
 
 
-def _check_header(path: str) -> None:
+def _check_header(path: str) -> int:
     """The fixed start of a GGUF file, read before gguf memory-maps it (:func:`sim.core.inputs.read_head`: a regular
     file, never a FIFO or a device): the magic, a version gguf reads, and tensor and metadata counts that the
     file's size can hold and that are not beyond any model's; else one line naming the file."""
@@ -244,17 +244,39 @@ def _check_header(path: str) -> None:
     if least > size:
         raise ScenarioError(path, "", f"not a GGUF file ({size:,} bytes cannot hold the header's {keys:,} metadata "
                             f"keys and {tensors:,} tensors, at least {least:,} bytes: cut short?)")
+    return size
 
 
 def _open(path: str, gguf: Any) -> Any:
-    _check_header(path)
+    import numpy as np
+
+    size = _check_header(path)
     try:
-        return _header_reader()(path)
+        with np.errstate(over="ignore"):  # a damaged offset wraps in gguf's sum: told below, not warned raw
+            reader = _header_reader()(path)
     except PermissionError as exc:
         raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
     except Exception as exc:  # a wrong magic, a truncated header, an empty file: numpy and gguf raise many kinds
         raise ScenarioError(path, "", f"not a GGUF file ({type(exc).__name__}: {exc}): expected a .gguf model "
                             "file (magic 'GGUF', a header gguf can read)") from None
+    _check_offsets(path, reader, size)
+    return reader
+
+
+def _check_offsets(path: str, reader: Any, size: int) -> None:
+    """Every tensor's data where the format puts it: at an offset from the data section that is a multiple of the
+    file's alignment (``general.alignment``, 32 by default) and ends within the file's ``size`` bytes; a damaged or
+    cut file is one line naming the tensor."""
+    alignment = int(getattr(reader, "alignment", 32) or 32)
+    for t in reader.tensors:
+        relative = int(t.field.parts[-1][0])  # the offset as written, before gguf adds the data section's start
+        end = int(t.data_offset) + int(t.n_bytes) if relative < size else size + 1
+        if relative % alignment:
+            raise ScenarioError(path, t.name, f"data offset {relative:,} is not a multiple of the file's alignment "
+                                f"({alignment}): a damaged GGUF file?")
+        if end > size:
+            raise ScenarioError(path, t.name, f"data at offset {relative:,} of {int(t.n_bytes):,} bytes runs past the "
+                                f"end of the file ({size:,} bytes): cut short?")
 
 
 def _tensor(path: str, t: Any) -> TensorSpec:

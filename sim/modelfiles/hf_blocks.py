@@ -201,5 +201,8 @@ def basics(cfg: Config) -> tuple[int, int, int, int, int, int]:
     h, layers = cfg.int("hidden_size"), cfg.int("num_hidden_layers")
     heads = cfg.int("num_attention_heads")
     kv = cfg.int("num_key_value_heads", heads)
+    if not cfg.has("head_dim") and h // heads < 1:  # the derived width of a head: hidden_size split by the heads
+        raise ScenarioError(cfg.path, cfg.key("num_attention_heads"), f"{heads:,} heads of a hidden size of {h:,}: "
+                            "expected at most one head per hidden unit (or a head_dim)")
     hd = cfg.int("head_dim", h // heads)
     return h, layers, heads, kv, hd, cfg.int("vocab_size")

@@ -15,12 +15,11 @@ bits and group size) else ``torch_dtype`` (or ``dtype``), bf16 when neither is g
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from sim.core.errors import ScenarioError
-from sim.core.inputs import read_text
+from sim.core.inputs import parse_json, read_text
 from sim.modelfiles.geometry import ModelGeometry, assemble, scaled, spec
 from sim.modelfiles.hf_blocks import Config, Layout
 from sim.modelfiles.hf_layouts import BUILDERS, CLASS_DEFAULTS, NEEDED, TEXT_TYPES
@@ -119,12 +118,7 @@ def _load_json(path: str) -> dict[str, Any]:
     """config.json's top-level object, read through the one input layer (a regular file of at most
     ``MAX_CONFIG_BYTES`` bytes, UTF-8 text); anything else is one line naming the file."""
     text = read_text(path, "", "a model's config.json (UTF-8 JSON) or a .gguf file", max_bytes=MAX_CONFIG_BYTES)
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ScenarioError(path, "", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise ScenarioError(path, "", "not valid JSON: nested too deeply") from None
+    raw = parse_json(text, path, "", "a model's config.json")
     if not isinstance(raw, dict):
         raise ScenarioError(path, "", f"expected a JSON object of configuration keys, got a {type(raw).__name__}")
     return raw
@@ -146,6 +140,11 @@ def _model_type(cfg: Config, top: dict[str, Any], text: dict[str, Any] | None) -
     """The builder's key: the top level's model_type, the text model's, or the first known architectures class."""
     model_type, classes = top.get("model_type"), top.get("architectures")
     text_type = text.get("model_type") if text else None
+    for key, value in (("model_type", model_type), ("text_config.model_type", text_type)):
+        if value is not None and not isinstance(value, str):
+            raise ScenarioError(cfg.path, key, f"bad value {str(value)[:60]}: expected the architecture's name, "
+                                "a text such as 'llama'")
+    classes = [c for c in classes if isinstance(c, str)] if isinstance(classes, list) else classes
     if text_type in ("mistral", "mistral3") or model_type == "mistral3":
         return "mistral"
     if model_type in BUILDERS:

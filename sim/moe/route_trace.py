@@ -28,13 +28,12 @@ smoothed frequencies, the reuse the one that gives the trace's mean consecutive 
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from sim.core.errors import ScenarioError
-from sim.core.inputs import check_file, read_text
+from sim.core.inputs import check_file, parse_json, read_text
 from sim.moe.expert_cache import lru_set_hit_counts
 from sim.moe.routing import (
     AliasTables,
@@ -224,9 +223,17 @@ def read_route_trace(path: str, key_path: str = "routing.trace") -> RouteTrace:
 
 
 def _number(path: str, n: int, name: str, value: object, top: int) -> int:
-    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())):
+    """A whole number from 0 to below ``top`` (a JSON int or a CSV cell of digits), else a one-line error; a number
+    of more digits than ``top`` has is refused by its length (Python will not convert a 5,000-digit text)."""
+    digits = value.strip() if isinstance(value, str) else None
+    if isinstance(value, bool) or not (isinstance(value, int) or (digits is not None and digits.isdigit())):
         raise ScenarioError(path, f"line {n}", f"{name} {str(value)[:40]!r}: expected a whole number from 0")
+    if digits is not None and len(digits.lstrip("0")) > len(str(top)):
+        raise ScenarioError(path, f"line {n}", f"{name} {digits[:20]}... ({len(digits):,} digits): expected less "
+                            f"than {top:,}")
     v = int(value)
+    if v < 0:
+        raise ScenarioError(path, f"line {n}", f"{name} {v}: expected a whole number from 0")
     if v >= top:
         raise ScenarioError(path, f"line {n}", f"{name} {v}: expected less than {top:,}")
     return v
@@ -268,10 +275,7 @@ def _csv(path: str, data: list[tuple[int, str]]) -> list[tuple[int, int, int, in
 def _jsonl(path: str, data: list[tuple[int, str]]) -> list[tuple[int, int, int, int, list[int]]]:
     out = []
     for n, line in data:
-        try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise ScenarioError(path, f"line {n}", f"not a JSON object ({str(exc)[:80]})") from None
+        rec = parse_json(line, path, f"line {n}", "a JSON object with token, layer and experts")
         if not isinstance(rec, dict):
             raise ScenarioError(path, f"line {n}", "expected a JSON object with token, layer and experts")
         token = rec.get("token", rec.get("pos"))

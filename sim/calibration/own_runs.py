@@ -16,12 +16,14 @@ from pydantic import ValidationError
 
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
-from sim.core.errors import SimulationError
+from sim.core.errors import ScenarioError, SimulationError
 from sim.llamacpp.bench import bench_setup
 from sim.llamacpp.bench_output import BenchRuns, read_bench_output
 from sim.llamacpp.params import CostParams
 
 MAX_BYTES = 50_000_000
+MAX_RUNS = 64  # distinct tests fitted at most (each is simulated once per residual evaluation of the fit)
+BOUND_SHARE = 0.01  # a fitted value within 1% of a bound of its parameter is reported as at the bound
 MAX_EVALUATIONS = 60  # evaluations of the fit's residuals (each simulates every run once)
 PRIOR_LOG_SD = 0.5  # how far (in log) a parameter may move from the public fit before the prior holds it back
 
@@ -94,6 +96,54 @@ def own_runs(runs: BenchRuns, base: LlamaCpp) -> tuple[list[OwnRun], list[str]]:
     return out, notes
 
 
+def _label(run: OwnRun) -> str:
+    """A run as llama-bench names its test: ``pp512``, ``tg128 @ d4096``."""
+    return f"{run.test}{run.tokens}" + (f" @ d{run.depth}" if run.depth else "")
+
+
+def merge_repeats(runs: list[OwnRun]) -> tuple[list[OwnRun], list[str]]:
+    """The runs with repeated identical tests (same test, tokens, depth and settings) made one, at the first one's
+    line with their mean rate (tok/s): a repetition is one observation, else 300 copies of a row outweigh the prior
+    and every other run; and a note for each test so merged."""
+    groups: dict[tuple, list[OwnRun]] = {}
+    for r in runs:
+        key = (r.test, r.tokens, r.depth, r.settings.model_dump_json() if r.settings is not None else None)
+        groups.setdefault(key, []).append(r)
+    out, notes = [], []
+    for same in groups.values():
+        first = same[0]
+        if len(same) > 1:
+            mean = sum(r.measured for r in same) / len(same)
+            first = OwnRun(first.line, first.test, first.tokens, first.depth, mean, first.settings)
+            notes.append(f"line {first.line}: {_label(first)}: {len(same)} identical tests merged into one "
+                         f"(their mean rate, {mean:.2f} tok/s)")
+        out.append(first)
+    return out, notes
+
+
+def check_run_count(runs: list[OwnRun], source: str) -> None:
+    """A one-line ScenarioError when there are more than :data:`MAX_RUNS` distinct runs to fit (the fit's time grows
+    with their number)."""
+    if len(runs) > MAX_RUNS:
+        raise ScenarioError(source, "", f"{len(runs):,} distinct pp and tg tests: expected at most {MAX_RUNS} in "
+                            "one fit (split the file into several and fit each)")
+
+
+def at_bounds(params: CostParams, names: list[str]) -> list[str]:
+    """One warning per fitted parameter whose value ended at (or within :data:`BOUND_SHARE` of) a bound of its
+    range: the runs pushed it as far as it may go, so it absorbs what the model does not explain."""
+    from sim.llamacpp.params import bounds
+
+    got, out = params.lookup(), []
+    for n in names:
+        lo, hi = bounds(n)
+        side = "upper" if got[n] >= hi * (1 - BOUND_SHARE) else "lower" if got[n] <= lo * (1 + BOUND_SHARE) else ""
+        if side:
+            out.append(f"{n} ended at {got[n]:.4g}, at its {side} bound ({lo:.4g} to {hi:.4g}): the runs push it "
+                       "further than it may go; check them (and the scenario's machine)")
+    return out
+
+
 def simulate(scn: Scenario, machine: str, run: OwnRun, params: CostParams) -> float:
     """The simulated tok/s of one run (nan: it does not load)."""
     try:
@@ -134,8 +184,7 @@ def loadable(scn: Scenario, machine: str, runs: list[OwnRun], params: CostParams
         if math.isfinite(simulate(scn, machine, r, params)):
             kept.append(r)
         else:
-            label = f"{r.test}{r.tokens}" + (f" @ d{r.depth}" if r.depth else "")
-            notes.append(f"line {r.line}: {label}: does not load on this machine in the simulator (left out)")
+            notes.append(f"line {r.line}: {_label(r)}: does not load on this machine in the simulator (left out)")
     return kept, notes
 
 

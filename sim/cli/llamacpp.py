@@ -408,14 +408,24 @@ def _check_tests(scn, swept: dict[str, list]) -> None:
     if tests > MAX_BENCH_TESTS:
         flags = " x ".join(["-p/-n/-d tests", *(bench_flag(key) for key in swept)])
         raise ScenarioError("command line", "bench", f"{flags} make {tests:,} tests: expected at most "
-                            f"{MAX_BENCH_TESTS:,}, as llama-bench's lists")
+                            f"{MAX_BENCH_TESTS:,} (split the sweep into several runs, each a part of its values)")
 
 
 def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None, max_evaluations: int = 60) -> None:
     """``sim fit-offload --bench FILE --scenario S``: a calibration file for S's llama.cpp engine."""
     import yaml
 
-    from sim.calibration.own_runs import fit_own, is_bench_output, loadable, own_runs, read_bench_file, simulate
+    from sim.calibration.own_runs import (
+        at_bounds,
+        check_run_count,
+        fit_own,
+        is_bench_output,
+        loadable,
+        merge_repeats,
+        own_runs,
+        read_bench_file,
+        simulate,
+    )
     from sim.core.output import atomic_write_text
     from sim.llamacpp.params import unit
 
@@ -435,15 +445,20 @@ def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None, max_e
         notes += [f"{path}: {n}" for n in why]
     if not runs:
         raise ScenarioError(bench_files[0], "", "no pp or tg test to fit")
+    source = bench_files[0] if len(bench_files) == 1 else "bench"
+    runs, why = merge_repeats(runs)
+    notes += [f"{source}: {n}" for n in why]
+    check_run_count(runs, source)
     from sim.llamacpp.bench import bench_setup
 
     before = bench_setup(scn, machine, runs[0].settings, runs[0].tokens + runs[0].depth).engine.hw.params
     runs, why = loadable(scn, machine, runs, before)
-    notes += [f"{bench_files[0] if len(bench_files) == 1 else 'bench'}: {n}" for n in why]
+    notes += [f"{source}: {n}" for n in why]
     if not runs:
         raise ScenarioError(bench_files[0], "", "no pp or tg test that loads on the scenario's machine: "
                             + (why[0] if why else "none to fit"))
     after, names = fit_own(scn, machine, runs, before, max_evaluations)
+    warnings += at_bounds(after, names)
     for w in warnings:
         click.echo(f"sim: warning: {w}", err=True)
     for n in notes:

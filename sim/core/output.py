@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -48,12 +49,16 @@ def _umask() -> int:
 
 def atomic_write_with(path: str, write: Callable[[str], None]) -> None:
     """Let ``write(tmp)`` fill a temporary file beside ``path``, flush it to disk, then rename it over ``path``: an
-    interrupted write never leaves a half file under the real name."""
+    interrupted write never leaves a half file under the real name. A character device (``/dev/null``, a terminal)
+    is written in place, never replaced (as root, a rename would swap ``/dev/null`` for a plain file); any other
+    path that is not a regular file (a FIFO, a socket) is refused in one line."""
+    if _write_in_place(path, write):
+        return
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
+    try:  # from here on, however it stops (Ctrl-C included), no temporary file stays behind
+        os.close(fd)
         write(tmp)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
@@ -63,6 +68,38 @@ def atomic_write_with(path: str, write: Callable[[str], None]) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _write_in_place(path: str, write: Callable[[str], None]) -> bool:
+    """Whether ``path`` is an existing character device (``/dev/null``, a terminal) or a pipe with a reader
+    (``/dev/stdout`` into ``| less``), then written through directly; a one-line error for a FIFO nobody reads (the
+    write would wait forever) or a socket; False for a regular or new file."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # not there yet (or a name the writer will refuse itself)
+        return False
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return False
+    held = None
+    if stat.S_ISFIFO(mode):
+        try:  # a FIFO opens for writing without blocking only when a reader holds it open
+            held = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            return _refuse_target(path, "a FIFO no process reads")
+    elif not stat.S_ISCHR(mode):
+        return _refuse_target(path, "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    try:
+        write(path)
+    finally:  # the probe stays open until the text is written: closed first, the reader would see the end at once
+        if held is not None:
+            os.close(held)
+    return True
+
+
+def _refuse_target(path: str, kind: str) -> bool:
+    from sim.core.errors import ScenarioError
+
+    raise ScenarioError(path, "", f"{kind}: expected a file to write (sim writes a new file and renames it)")
 
 
 def atomic_write_text(path: str, text: str) -> None:

@@ -1,6 +1,13 @@
 """Where a sweep's runs are simulated: this process, a local process pool (forkserver workers that import the
 simulator once), or an existing Dask cluster whose workers run this very code. Each backend yields ``(task index,
-record)`` as runs finish; a lost worker or run is a :class:`BackendFailure`, never a silently missing row."""
+record)`` as runs finish; a lost worker or run is a :class:`BackendFailure`, never a silently missing row.
+
+Ctrl-C and SIGTERM while a sweep runs (inside :func:`stop_on_signals`) are a :class:`StopRequest`: the signal
+handler only notes it and wakes the wait for results; each backend raises ``KeyboardInterrupt`` itself where nothing
+is half done (between two results, or inside a run simulated in this process). A ``KeyboardInterrupt`` raised by the
+default handler wherever the main thread happens to be can land inside a lock: in ``threading.Condition.wait``
+(``concurrent.futures.as_completed`` waits on one) between releasing its lock and taking it back, the ``with`` then
+fails with ``RuntimeError: release unlocked lock`` instead of stopping the sweep."""
 
 from __future__ import annotations
 
@@ -11,6 +18,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from queue import Empty, SimpleQueue
 
 from sim.core.errors import ScenarioError, SimulationError
 from sim.core.numerics import numpy_dispatch
@@ -18,6 +27,115 @@ from sim.sweeps.keys import code_digest
 from sim.sweeps.tasks import Task
 
 WATCH_S = 1.0  # seconds between a worker's checks that the sweep that started it is still there
+WAKE_S = 0.25  # seconds between looks at a stop request while waiting for results (a signal taken by another
+# thread does not wake the main thread's wait; the handler's own wake-up does when the main thread takes it)
+_WAKE = object()  # put in a results queue by the signal handler: look at the stop request now
+
+
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM received while a sweep runs: its handler notes the signal and wakes the waits for
+    results, and raises ``KeyboardInterrupt`` at once only while a run is simulated in this thread (nothing of the
+    sweep's own is half done then: no file being saved, no lock held by the pool's code)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None  # the first signal received
+        self.running = False  # a run is being simulated in this thread (the serial backend)
+        self.queues: list[SimpleQueue] = []  # the results queues waited on
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def handler(self, signum: int, frame: object) -> None:
+        """The signal handler: note, wake (``SimpleQueue.put`` is reentrant, safe here), and stop a run in this
+        thread."""
+        if self.signum is None:
+            self.signum = signum
+        for queue in tuple(self.queues):
+            queue.put(_WAKE)
+        if self.running:
+            self.running = False
+            raise KeyboardInterrupt
+
+    def check(self) -> None:
+        """Raise ``KeyboardInterrupt`` if a stop was requested: called where the sweep can stop cleanly."""
+        if self.signum is not None:
+            raise KeyboardInterrupt
+
+
+_current: StopRequest | None = None  # the sweep running in this process, if any
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[StopRequest]:
+    """While the block runs, SIGINT and SIGTERM make a :class:`StopRequest` rather than raise wherever the main
+    thread is; the earlier handlers are restored after it. SIGINT is taken over only from Python's default handler
+    (ignored, in a background job, it stays ignored; a handler of the caller's stays). Outside the main thread, where
+    no handler can be set, no stop is ever requested."""
+    global _current
+    stop = StopRequest()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, stop.handler)
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, stop.handler)
+    outer, _current = _current, stop
+    try:
+        yield stop
+    finally:
+        _current = outer
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def _check_stop() -> None:
+    if _current is not None:
+        _current.check()
+
+
+def _completions(queue: SimpleQueue, count: int) -> Iterator:
+    """What the futures' done callbacks put in ``queue`` (the futures themselves), ``count`` in all, as they finish.
+    A stop request raises ``KeyboardInterrupt`` here, between two results; the wait itself (``SimpleQueue.get``, in
+    C) holds no lock a signal could leave half taken."""
+    stop = _current
+    if stop is not None:
+        stop.queues.append(queue)
+    try:
+        left = count
+        while left:
+            _check_stop()
+            try:
+                item = queue.get(timeout=WAKE_S)
+            except Empty:
+                continue
+            if item is _WAKE:
+                continue
+            _check_stop()  # a stop requested while waiting wins over this result (even a failed one)
+            left -= 1
+            yield item
+    finally:
+        if stop is not None:
+            stop.queues.remove(queue)
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread while the pool starts its processes, which inherit the mask (the forkserver,
+    and each worker it forks): a Ctrl-C the terminal sends to its whole process group then reaches the sweep only,
+    which stops them, instead of killing the forkserver in its imports or a worker before its initializer, each with
+    a traceback (CPython's resource tracker is started the same way). No signal is lost: another thread of this
+    process takes it, or it waits until unblocked."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # started now, not inside: starting it unblocks SIGINT and SIGTERM after
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _ignore_sigint() -> None:
@@ -90,8 +208,22 @@ class BackendFailure(SimulationError):
 
 
 def serial_backend(tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+    """Each run in this process, in order."""
     for t in tasks:
-        yield _run_task(t)
+        yield _run_here(t)
+
+
+def _run_here(task: Task) -> tuple[int, dict]:
+    """One run in this thread; a stop requested before it or while it runs raises ``KeyboardInterrupt`` at once."""
+    stop = _current
+    if stop is None:
+        return _run_task(task)
+    stop.running = True
+    try:
+        stop.check()
+        return _run_task(task)
+    finally:
+        stop.running = False
 
 
 def _drain(futures, yielded: set) -> Iterator[tuple[int, dict]]:
@@ -107,23 +239,18 @@ def _drain(futures, yielded: set) -> Iterator[tuple[int, dict]]:
 
 
 def pool_backend(workers: int) -> Backend:
+    """``workers`` local processes (forkserver, else spawn)."""
+
     def run(tasks: list[Task]) -> Iterator[tuple[int, dict]]:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
         from concurrent.futures.process import BrokenProcessPool
 
-        # forkserver: workers start from a clean process, not a copy of this one and its threads; the server imports
-        # the simulator once (about 0.3 s of CPU) and each worker is a fork of it, not an import of its own
-        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-        ctx = multiprocessing.get_context(method)
-        if method == "forkserver":
-            ctx.set_forkserver_preload(["__main__", "sim.sweeps.backends", "sim.runner"])
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                                   initargs=(os.getpid(),))
-        futures = [pool.submit(_run_task, t) for t in tasks]
+        done: SimpleQueue = SimpleQueue()
+        with _sigint_blocked():
+            pool = _start_pool(workers)
+            futures = _submit(pool, tasks, done)
         yielded: set = set()
         try:
-            for f in as_completed(futures):
+            for f in _completions(done, len(futures)):
                 try:
                     item = f.result()
                 except BrokenProcessPool as exc:
@@ -141,6 +268,34 @@ def pool_backend(workers: int) -> Backend:
             pool.shutdown(wait=True, cancel_futures=True)
 
     return run
+
+
+def _start_pool(workers: int):
+    """The process pool. forkserver: workers start from a clean process, not a copy of this one and its threads; the
+    server imports the simulator once (about 0.3 s of CPU) and each worker is a fork of it, not an import of its
+    own."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["__main__", "sim.sweeps.backends", "sim.runner"])
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                               initargs=(os.getpid(),))
+
+
+def _submit(pool, tasks: list[Task], done: SimpleQueue) -> list:
+    """Every task submitted (the pool starts its workers as they are needed), each future put in ``done`` when it
+    finishes; fewer when a stop is requested meanwhile."""
+    futures = []
+    for t in tasks:
+        if _current is not None and _current.requested:
+            break
+        f = pool.submit(_run_task, t)
+        f.add_done_callback(done.put)
+        futures.append(f)
+    return futures
 
 
 _DASK_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
@@ -192,23 +347,19 @@ class DaskBackend:
         self.client.close()
 
     def __call__(self, tasks: list[Task]) -> Iterator[tuple[int, dict]]:
-        from distributed import as_completed
-
         client = self.client
-        futures = [client.submit(_run_task, t, key=f"sim-{t.key}-{t.index}", pure=False) for t in tasks]
+        done: SimpleQueue = SimpleQueue()
+        futures = []
+        for t in tasks:
+            if _current is not None and _current.requested:
+                break
+            f = client.submit(_run_task, t, key=f"sim-{t.key}-{t.index}", pure=False)
+            f.add_done_callback(done.put)  # called on a thread of the client, whatever the run's outcome
+            futures.append(f)
         yielded: set = set()
         try:
-            for f in as_completed(futures, loop=client.loop):
-                try:
-                    item = f.result()
-                except (KeyboardInterrupt, SimulationError):
-                    raise
-                except Exception as exc:
-                    name = type(exc).__name__
-                    if name in ("KilledWorker", "CancelledError", "CommClosedError", "FutureCancelledError") or \
-                            isinstance(exc, OSError | TimeoutError):
-                        raise BackendFailure(f"the Dask cluster lost a run ({name}: {exc})") from None
-                    raise
+            for f in _completions(done, len(futures)):
+                item = _dask_result(f)
                 yielded.add(f)
                 yield item
         except KeyboardInterrupt:
@@ -216,3 +367,17 @@ class DaskBackend:
             raise
         finally:
             client.cancel(futures)
+
+
+def _dask_result(f) -> tuple[int, dict]:
+    """A finished Dask future's ``(index, record)``; a lost run is a :class:`BackendFailure`."""
+    try:
+        return f.result()
+    except (KeyboardInterrupt, SimulationError):
+        raise
+    except Exception as exc:
+        name = type(exc).__name__
+        if name in ("KilledWorker", "CancelledError", "CommClosedError", "FutureCancelledError") or \
+                isinstance(exc, OSError | TimeoutError):
+            raise BackendFailure(f"the Dask cluster lost a run ({name}: {exc})") from None
+        raise

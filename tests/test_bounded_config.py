@@ -391,3 +391,15 @@ def test_a_nul_byte_in_any_argument_is_one_line(args):
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 2 and r.output.count("\n") == 1
     assert "an argument holds a NUL byte" in r.output and "\\x00" in r.output
+
+
+def test_ctrl_c_inside_a_command_is_exactly_one_line_and_130(monkeypatch):
+    """click's own Ctrl-C handling prints an empty line before its Abort; a command's interrupt is one line."""
+    import sim.config.load
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim.config.load, "load_scenario", interrupted)
+    r = CliRunner().invoke(main, ["run", os.path.join(ROOT, "scenarios", "home_lab.yaml")])
+    assert r.exit_code == 130 and r.output == "sim: error: interrupted\n"

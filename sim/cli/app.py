@@ -201,8 +201,18 @@ def common_options(fn):
     return fn
 
 
+class Interrupted(Exception):
+    """Ctrl-C inside a command, carried past click's own handling (which prints an empty line before its Abort)."""
+
+
 class OneLineErrors(click.Group):
     """Usage errors (a bad option, a missing argument) as one line on stderr with exit code 2, like every error."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted from None
 
     def main(self, *args, **kwargs):
         # numpy's OpenBLAS starts a thread per core when numpy is imported (tens of ms of a short command); sim's
@@ -231,7 +241,7 @@ class OneLineErrors(click.Group):
             fail(cut(where + exc.format_message(), MAX_USAGE_CHARS), 2)  # one short line, however long the value
         except click.exceptions.Exit as exc:  # --help
             sys.exit(exc.exit_code)
-        except click.Abort:
+        except (click.Abort, Interrupted, KeyboardInterrupt):
             fail("interrupted", 130)
         except Exception as exc:  # a bug, not bad input: still one line, with a way to get the traceback
             if os.environ.get("SIM_DEBUG"):

@@ -43,6 +43,19 @@ class Outcome:
     peak_mib: float
     timed_out: bool
 
+    def assert_refused(self, *words: str, seconds: float, peak_mib: float, max_line: int) -> str:
+        """Assert exit 2 with one ``sim: error:`` line of at most ``max_line`` characters holding every one of
+        ``words``, no internal error, within ``seconds`` of wall time and ``peak_mib`` MiB; the line."""
+        line = self.stderr.strip()
+        record = f"code={self.code} seconds={self.seconds:.2f} peak_mib={self.peak_mib:.0f} stderr={line[:300]!r}"
+        print(record)  # shown with pytest -s (or -rP)
+        assert self.one_line_error(), record
+        assert len(line) <= max_line, record
+        assert all(w in line for w in words), record
+        assert "internal error" not in line and "Traceback" not in line, record
+        assert self.seconds < seconds and self.peak_mib < peak_mib, record
+        return line
+
     def one_line_error(self) -> bool:
         """Exit 2 and a single ``sim: error:`` line on stderr, no traceback."""
         lines = self.stderr.strip().splitlines()

@@ -18,13 +18,7 @@ MAX_LINE = 1500  # characters of an error line, at most
 
 def _refused(out: Outcome, *words: str) -> None:
     """``out`` is exit 2 with one short ``sim: error:`` line holding every one of ``words``, within the bounds."""
-    line = out.stderr.strip()
-    record = f"code={out.code} seconds={out.seconds:.2f} peak_mib={out.peak_mib:.0f} stderr={line[:300]!r}"
-    print(record)  # shown with pytest -s (or -rP)
-    assert out.one_line_error(), record
-    assert len(line) <= MAX_LINE, record
-    assert all(w in line for w in words), record
-    assert out.seconds < SECONDS and out.peak_mib < PEAK_MIB, record
+    out.assert_refused(*words, seconds=SECONDS, peak_mib=PEAK_MIB, max_line=MAX_LINE)
 
 
 def _run(path: Path | str) -> Outcome:

@@ -72,11 +72,9 @@ def run_sweep(plan: Plan, out_dir: str, seed: int | None = None, backend: Backen
     (while the last tables are written) raises ``KeyboardInterrupt`` after them. A failure of the pool or cluster
     too, then raises ``BackendFailure``. ``on_saved(n)`` is called after each saved run; ``prepared``: what
     ``prepare_tasks(plan, seed)`` returned, when the caller has it already."""
-    if plan.sweep_file and not plan.measured_points:  # a bad measured table fails here, before anything is written
-        from sim.sweeps.overlays import resolve_overlays
+    from sim.sweeps.overlays import resolve_plan_overlays
 
-        x, hue = (plan.plot.x, plan.plot.hue) if plan.plot else (None, None)
-        plan.measured_points = resolve_overlays(plan.measured, plan.sweep_file, x, hue)
+    resolve_plan_overlays(plan)  # a bad measured table fails here, before anything is written
     tasks, names, held = prepared or prepare_tasks(plan, seed, quiet)
     sweep = _Sweep(plan, out_dir, tasks, names, held)
     # from the first file written to the last, a signal is a request to stop, acted on between runs (sweeps.backends)

@@ -19,6 +19,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from sim.core.numerics import reproducible_numerics  # noqa: E402
+
+reproducible_numerics()  # the sim command's numerics, asked before numpy is imported (a no-op if it already is)
+
 from sim.calibration.llamacpp_cases import read_cases  # noqa: E402
 from sim.calibration.llamacpp_fit import predict  # noqa: E402
 from sim.llamacpp.advise import advise  # noqa: E402

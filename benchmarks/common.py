@@ -9,6 +9,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from sim.core.numerics import reproducible_numerics  # noqa: E402
+
+reproducible_numerics()  # the sim command's numerics, asked before numpy is imported (a no-op if it already is)
+
 
 def reference_loop_s() -> float:
     """A fixed pure-Python workload (1e6 additions) as a machine-speed unit."""

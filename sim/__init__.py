@@ -3,21 +3,19 @@
 The public Python API (:mod:`sim.api`): ``sim.load(path)`` gives a :class:`Scenario` to change (``.set``) and run
 (``.run``); a :class:`Run` holds the metrics and the tables as pandas DataFrames. Bad input raises
 :class:`ScenarioError` (one line: file, key path, what was expected); a valid scenario that cannot be simulated as
-asked raises :class:`SimulationError`. Names are imported on first use, so ``import sim`` is instant.
+asked raises :class:`SimulationError`. Names are imported on first use, so ``import sim`` is instant, and it
+changes nothing in the process: ``sim.reproducible_numerics()``, called before numpy is first imported, gives the
+``sim`` command's bits on every CPU (:mod:`sim.core.numerics`).
 """
 
 from __future__ import annotations
 
-from sim.core.numerics import request_baseline_kernels, request_single_thread_blas
-
-request_baseline_kernels()  # before numpy is imported: the same bits on every CPU (sim.core.numerics)
-request_single_thread_blas()  # and one BLAS thread: small matrices, sums in one order
-
 __version__ = "0.1.0"
-__all__ = ["Run", "Scenario", "ScenarioError", "SimulationError", "__version__", "load", "run"]
+__all__ = ["Run", "Scenario", "ScenarioError", "SimulationError", "__version__", "load", "reproducible_numerics", "run"]
 
 _WHERE = {"Run": "sim.api", "Scenario": "sim.api", "load": "sim.api", "run": "sim.api",
-          "ScenarioError": "sim.core.errors", "SimulationError": "sim.core.errors"}
+          "ScenarioError": "sim.core.errors", "SimulationError": "sim.core.errors",
+          "reproducible_numerics": "sim.core.numerics"}
 
 
 def __getattr__(name: str):

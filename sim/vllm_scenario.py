@@ -32,13 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from sim.core.errors import ScenarioError, SimulationError
-from sim.core.inputs import parse_json, read_text
+from sim.formats.hf_config import read_config
 from sim.serving.cmdline import ServingCommand
 from sim.serving.engine_defaults import CURRENT, FROM_POOL, NAMES, Gpu, Resolved, resolve
 
 MODELS = Path(__file__).resolve().parents[1] / "calibration" / "models"
 MACHINE = "box"
-MAX_CONFIG_BYTES = 16 * 2**20  # a model's config.json (bytes; the shipped ones: at most 20 KB)
 MAX_BUDGET = 1_000_000  # the scheduler's largest token budget (sim.config.engine.Scheduler)
 _AWQ_GPTQ = {"awq": "awq", "awq_marlin": "awq", "gptq": "gptq", "gptq_marlin": "gptq", "marlin": "gptq"}
 _DTYPES = {"half": "F16", "float16": "F16", "bfloat16": "BF16", "float": "F32", "float32": "F32"}
@@ -96,10 +95,9 @@ def _shown(path: str) -> str:
 
 
 def _config(path: str) -> dict[str, Any]:
-    """A model's config.json as a mapping (read through :mod:`sim.core.inputs`); a one-line error when it is not a
-    readable JSON file. What it holds is checked by :func:`read_geometry`."""
-    text = read_text(path, "--model", "a model's config.json", max_bytes=MAX_CONFIG_BYTES)
-    doc = parse_json(text, path, "--model", "a model's config.json")
+    """A model's config.json as a mapping (read by :func:`sim.formats.hf_config.read_config`); a one-line error when
+    it is not a readable JSON file. What it holds is checked by :func:`read_geometry`."""
+    doc = read_config(path, "--model")
     return doc if isinstance(doc, dict) else {}
 
 
@@ -280,7 +278,7 @@ def _scheduler(cmd: ServingCommand, r: Resolved) -> dict[str, Any]:
 def _scenario(cmd: ServingCommand, r: Resolved, card: dict[str, Any], gpu: str, gpus: int, host: str | None,
               key: str, fields: dict[str, Any], workload: Workload, seed: int | None, line: str) -> dict[str, Any]:
     from sim.batching.families import RUNTIME_GIB
-    from sim.batching.operators import profile_for
+    from sim.config.operator_profiles import profile_for
 
     s = r.values
     slot = {} if card.get("unified") else {"slot_gen": card.get("pcie_max_gen") or 4, "slot_lanes": 16}

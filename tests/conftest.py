@@ -3,10 +3,16 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
-from hypothesis import settings
+from sim.core.numerics import reproducible_numerics
 
-import sim  # before any test module imports numpy: numpy's baseline loops (sim.core.numerics)
+# before any test module imports numpy: the sim command's numerics (numpy's baseline loops, one BLAS thread), which
+# `import sim` leaves alone; tests/test_numerics.py fails if a plugin imported numpy first
+reproducible_numerics()
+
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+import sim  # noqa: E402
 
 # CI runs the property tests with a fixed seed, so a run is reproducible; locally they explore freely.
 settings.register_profile("ci", derandomize=True, deadline=None)

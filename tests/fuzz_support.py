@@ -43,7 +43,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 
-from sim.core.inputs import PARAMETERS, SIZE_BYTES
+from sim.formats.quantities import PARAMETERS, SIZE_BYTES
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 SCALE = float(os.environ.get("SIM_FUZZ_SCALE", "1"))
@@ -480,7 +480,7 @@ def finite_problems(rows: Iterable[dict], bounds: dict[str, tuple[float, float]]
 
 def geometry_problems(out: Outcome) -> list[str]:
     """A model read (``sim model --json``) must have layers, heads of at least one dimension, parameters and bytes
-    within sim.core.inputs' ranges and a KV cache when it has attention layers."""
+    within sim.formats.quantities' ranges and a KV cache when it has attention layers."""
     g = json.loads(out.stdout).get("geometry") if out.stdout.lstrip().startswith("{") else None
     if not isinstance(g, dict):
         return []

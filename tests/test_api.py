@@ -1,16 +1,17 @@
-"""The Python API: the README's example runs as written; a scenario is immutable, changed with --set semantics and
-validated at once; a run's tables are DataFrames that can be read again; the same seed gives what `sim run` gives."""
+"""The Python API: the docs show it in a python block (tests/test_docs_commands.py runs it); a scenario is
+immutable, changed with --set semantics and validated at once; a run's tables are DataFrames that can be read again;
+the same seed gives what `sim run` gives."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 from conftest import HOME_LAB, ROOT
+from docs_text import find_block
 
 import sim
 from sim.cli import main
@@ -19,14 +20,10 @@ GEN3 = os.path.join(ROOT, "scenarios", "gen3_5090.yaml")
 FAST = {"serve.requests": 20}
 
 
-def test_the_readme_example_runs(monkeypatch, capsys):
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    section = text[text.index("## Python API"):]
-    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
-    monkeypatch.chdir(ROOT)
-    exec(compile(code, "README.md", "exec"), {})
-    ratio = float(capsys.readouterr().out.splitlines()[0])
-    assert 1.6 < ratio < 2.0  # the tenant's 18 GB cost
+def test_the_docs_show_the_api_in_a_python_block():
+    """tests/test_docs_commands.py runs every python block of the docs; this one must be among them."""
+    path, _, code = find_block("sim.load(", info="python")
+    assert any(".run(" in line for line in code) and any(".set(" in line for line in code), path
 
 
 def test_set_returns_a_new_validated_scenario_with_set_semantics():

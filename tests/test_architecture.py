@@ -14,7 +14,8 @@ PACKAGE = os.path.join(ROOT, "sim")
 
 # Read top-down: a unit may import its own modules and those of the layers below it, never a unit beside it or above
 LAYERS = [
-    ["sim.core"],  # units, errors, atomic files, measured tables
+    ["sim.core"],  # units, errors, atomic files
+    ["sim.formats"],  # readers of outside formats: the input layer, logs, bench outputs, traces, GGUF, config.json
     ["sim.catalog", "sim.modelfiles"],  # hardware specs shipped with the package; a model's geometry from its file
     ["sim.config"],  # scenario schema, checks, loading, dotted paths, links
     ["sim.lab", "sim.serving"],  # the two simulators' foundations: machines that load and dispatch; the queue
@@ -112,7 +113,7 @@ def test_the_public_api_lists_what_it_offers():
     import sim
 
     assert sorted(sim.__all__) == sorted(["Run", "Scenario", "ScenarioError", "SimulationError", "__version__", "load",
-                                          "run"])
+                                          "reproducible_numerics", "run"])
     for name in sim.__all__:
         assert getattr(sim, name) is not None
 
@@ -132,3 +133,94 @@ def test_the_code_digest_covers_every_module_wherever_it_lives(tmp_path):
     assert code_digest(str(copy)) != before
     (copy / "dense" / "newkind.py").write_text("X = 1\n")  # a module added anywhere counts too
     assert "dense/newkind.py" in package_modules(str(copy))
+
+
+# --- readers of outside formats live in sim.formats ------------------------------------------------------------------
+ENGINES = ("sim.moe", "sim.dense", "sim.llamacpp", "sim.batching")
+INPUT_LAYER = "sim.formats.inputs"
+READERS = {"check_file", "read_text", "read_bytes", "read_head", "decode_text", "parse_json"}  # of the input layer
+# Engine modules that still read a file themselves, each with the work that removes it. Only ever shrinks.
+# Modules outside sim.formats allowed to call the input layer's readers, and why.
+READERS_ALLOWED = {
+    "sim.config.yaml_io": READERS,  # the scenario-YAML reader
+    "sim.config.load": {"check_file"},  # a scenario's path and the files it names: checked, never opened
+    "sim.config.files": {"check_file"},
+    "sim.config.plausibility": {"check_file"},
+    "sim.viz.plotting": {"check_file", "read_text"},  # a sweep folder sim itself wrote, read back to plot
+}
+
+
+def _names_imported(path: str, module: str) -> set[str]:
+    """The names a file imports from ``module`` (``from module import a, b``), at the top or inside a function."""
+    out = set()
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.ImportFrom) and node.module == module and not node.level:
+            out |= {a.name for a in node.names}
+    return out
+
+
+def test_formats_imports_only_core(graph):
+    wrong = sorted(f"{a} -> {b}" for a, deps in graph.items() if unit(a) == "sim.formats" for b in deps
+                   if unit(b) not in ("sim.formats", "sim.core"))
+    assert not wrong, f"sim.formats reads files for every layer above it and imports only sim.core: {wrong}"
+
+
+def test_no_engine_imports_a_reader(graph):
+    """An engine is handed what a file holds (sim.config or a command reads it through sim.formats): it imports no
+    module of sim.formats, not even a type (an engine states what it needs as a Protocol, as sim.moe.trace_replay)."""
+    wrong = sorted(f"{a} -> {b}" for a, deps in graph.items() if unit(a) in ENGINES for b in deps
+                   if unit(b) == "sim.formats")
+    assert not wrong, f"an engine package imports sim.formats (read the file in sim.config or a command and pass " \
+                      f"what it holds): {wrong}"
+
+
+def test_calibration_fits_observations_and_parses_no_file(graph):
+    """sim.calibration gets its observations from sim.formats (logs, tables, bench outputs, traces): it imports
+    neither the input layer nor csv, parses no JSON (json.dumps to write is fine), and opens no file itself."""
+    mods = modules()
+    wrong = []
+    for name, path in sorted(mods.items()):
+        if unit(name) != "sim.calibration":
+            continue
+        if INPUT_LAYER in graph[name]:
+            wrong.append(f"{name} imports the input layer ({INPUT_LAYER})")
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                wrong += [f"{name} imports {n} (a parser: read the file in sim.formats)" for n in names
+                          if n.split(".")[0] == "csv"]
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+                if called in ("open", "read_csv", "read_parquet", "read_json", "loads", "load", "read_text",
+                              "read_bytes", "DictReader"):
+                    wrong.append(f"{name} line {node.lineno} calls {called}() (read the file in sim.formats)")
+    assert not wrong, wrong
+
+
+def test_only_formats_uses_the_input_layers_readers():
+    """The input layer's readers (check_file, read_text, read_bytes, read_head, decode_text, parse_json) are called
+    by sim.formats, the scenario-YAML reader and the few modules READERS_ALLOWED names; anything else asks a reader
+    of sim.formats. shown_path (a path as an error prints it) is for everyone; so are the Quantity ranges."""
+    wrong = []
+    for name, path in sorted(modules().items()):
+        if unit(name) == "sim.formats":
+            continue
+        used = (_names_imported(path, INPUT_LAYER) & READERS) - READERS_ALLOWED.get(name, set())
+        if _names_imported(path, "sim.formats") & {"inputs"}:
+            used.add("inputs (the module)")
+        if used:
+            wrong.append(f"{name} uses {', '.join(sorted(used))}")
+    assert not wrong, f"only sim.formats reads outside files through the input layer: {wrong}"
+    assert all(_names_imported(modules()[m], INPUT_LAYER) & allowed for m, allowed in READERS_ALLOWED.items()), \
+        "READERS_ALLOWED names a module that no longer uses the input layer: take it out of the list"
+
+
+def test_old_homes_of_the_readers_are_gone():
+    """No shim re-exports a reader where it used to live."""
+    old = ["core/inputs.py", "core/tables.py", "calibration/logs.py", "calibration/logs_io.py",
+           "calibration/logs_patterns.py", "calibration/logs_values.py", "llamacpp/bench_output.py",
+           "llamacpp/bench_ranges.py", "llamacpp/batched_output.py", "moe/route_trace.py", "fidelity/tables.py"]
+    assert not [p for p in old if os.path.exists(os.path.join(PACKAGE, p))]
+

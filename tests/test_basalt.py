@@ -9,7 +9,7 @@ import pytest
 from conftest import CALIBRATION, ROOT
 
 import sim
-from sim.core.tables import read_measured
+from sim.formats.measured_tables import read_measured
 
 THREE = os.path.join(ROOT, "scenarios", "basalt_3gpu.yaml")
 TWO = os.path.join(ROOT, "scenarios", "basalt_2gpu_vision.yaml")

@@ -140,14 +140,15 @@ def test_the_shipped_a100_efficiencies_are_the_kernel_fit():
     import importlib.util
     import os
 
-    import yaml
     from conftest import ROOT
+
+    from sim.config.yaml_io import read_yaml
 
     spec = importlib.util.spec_from_file_location("fit", os.path.join(ROOT, "benchmarks", "fit_a100_kernels.py"))
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
     out = fit.fit()
-    shipped = yaml.safe_load(open(os.path.join(ROOT, "calibration", "a100_llama2_7b.yaml"), encoding="utf-8"))
+    shipped = read_yaml(os.path.join(ROOT, "calibration", "a100_llama2_7b.yaml"))
     it = "machines.a100_box.engine.iteration."
     assert shipped["parameters"][it + "memory_efficiency"] == out["memory_efficiency"]
     assert shipped["parameters"][it + "compute_efficiency"] == out["compute_efficiency"]

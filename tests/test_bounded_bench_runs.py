@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 
-import yaml
 from click.testing import CliRunner
 
 from sim.calibration import own_runs as own
 from sim.cli.app import main
+from sim.config.yaml_io import parse_yaml
 from tests.bounded import run_bounded
 
 QWEN = ["--model", "calibration/models/qwen3-30b-a3b.json", "--quant", "Q4_K_M", "--gpu", "rtx4090",
@@ -54,7 +54,7 @@ def test_fit_offload_merges_300_repeated_rows_into_one_observation(tmp_path) -> 
     assert r.code == 0, r.stderr[-600:]
     assert "300 identical tests merged into one (their mean rate, 1234.56 tok/s)" in r.stderr
     assert r.stdout.count("pp512 ") == 1 and r.seconds < 5 and r.peak_mib < 200
-    params = yaml.safe_load(out.read_text())["parameters"]
+    params = parse_yaml(out.read_text())["parameters"]
     assert params["machines.box.engine.llamacpp.costs.matrix_efficiency"] < 1.3  # 1.40 with 300 copies fitted
 
 

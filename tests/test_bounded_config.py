@@ -311,11 +311,11 @@ def test_variant_labels_and_column_heads_are_unique(tmp_path: Path) -> None:
     assert parse_variant(str(other), base).label == "baseline.yaml"  # a file named baseline: its file name
 
 
-# --- 8. yaml_io reads its files through sim.core.inputs -----------------------------------------------------------
+# --- 8. yaml_io reads its files through sim.formats.inputs -----------------------------------------------------------
 
 def test_yaml_files_are_read_by_the_input_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sim.config.yaml_io as yaml_io
-    from sim.core import inputs
+    from sim.formats import inputs
 
     calls: list[tuple] = []
 

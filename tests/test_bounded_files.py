@@ -20,7 +20,7 @@ from bounded import ROOT, run_bounded
 from sim.core import output
 from sim.core.errors import ScenarioError
 from sim.core.output import Table, write_outputs
-from sim.core.tables import read_measured
+from sim.formats.measured_tables import read_measured
 
 STAGES = "loading_stages.csv"
 

@@ -72,7 +72,7 @@ def test_llama_json_of_swept_tests_that_cannot_load() -> None:
     assert all(row["tok_s"] is None and row["error"] for d in docs for row in d["bench"])
 
 
-# 2. an anchor's rates are measurements: a token rate (sim.core.inputs.TOKENS_PER_S) -----------------------------
+# 2. an anchor's rates are measurements: a token rate (sim.formats.quantities.TOKENS_PER_S) -------------------------
 
 def test_anchor_rate_beyond_any_machine_is_refused() -> None:
     _refused(["advise", *MACHINE, "--anchor", "n_cpu_moe=30:pp=1e308"], "--anchor", "pp", "tok/s")

@@ -1,8 +1,8 @@
 """Impossible values read from engine logs and llama-bench outputs (issue 31): a value outside the range its quantity
-can take (sim.core.inputs), or a printed rate that is not its tokens over its time, makes its line one not understood
-(engine logs) or an unreadable row (llama-bench, sweep-bench, batched-bench), with the reason; never a row, never
-half of a row paired with another line. ``sim fit-offload`` leaves such rows out with a warning (refuses a file with
-nothing else), and refuses a public table holding one."""
+can take (sim.formats.quantities), or a printed rate that is not its tokens over its time, makes its line one not
+understood (engine logs) or an unreadable row (llama-bench, sweep-bench, batched-bench), with the reason; never a
+row, never half of a row paired with another line. ``sim fit-offload`` leaves such rows out with a warning (refuses a
+file with nothing else), and refuses a public table holding one."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ import pytest
 from bounded import ROOT, run_bounded
 from click.testing import CliRunner
 
-from sim.calibration import llamacpp_cases, logs_values
-from sim.calibration.logs import read_logs
-from sim.calibration.logs_io import check_text_file
+from sim.calibration import llamacpp_cases
 from sim.cli import main
-from sim.core import inputs
 from sim.core.errors import ScenarioError
-from sim.llamacpp import bench_ranges
-from sim.llamacpp.batched_output import read_batched_output
-from sim.llamacpp.bench_output import read_bench_output
+from sim.formats import bench_ranges, quantities
+from sim.formats import engine_log_values as logs_values
+from sim.formats.batched_bench import read_batched_output
+from sim.formats.engine_logs import read_logs
+from sim.formats.engine_logs_io import check_text_file
+from sim.formats.llama_bench import read_bench_output
 
 BASALT = ("[server] s1 done pp=11951/0c 2.2s 5492t/s  tg=1153 490.4t/s acc=73%  ttft=2.2s  end=stop  hit=99.3%  "
           "pcie=4.5%")
@@ -165,17 +165,20 @@ def test_valid_shipped_logs_are_still_read_whole():
 
 
 def test_every_field_has_one_quantity_from_the_input_layer():
-    from sim.calibration.logs import ROW_FIELDS
+    from sim.formats.engine_logs import ROW_FIELDS
 
     numbers = set(ROW_FIELDS) - {"engine", "line", "end_reason"}
     assert numbers <= set(logs_values.FIELDS)
-    assert logs_values.FIELDS["decode_tok_s"].hi == inputs.TOKENS_PER_S.hi
-    assert logs_values.FIELDS["prompt_tokens"] is inputs.TOKENS and logs_values.FACTS["gbps"] is inputs.BANDWIDTH_GBPS
-    assert bench_ranges.RANGES["avg_ts"] is inputs.TOKENS_PER_S and bench_ranges.RANGES["n_prompt"] is inputs.TOKENS
-    assert bench_ranges.RANGES["model_size_bytes"] is inputs.SIZE_BYTES
-    assert bench_ranges.RANGES["model_n_params"] is inputs.PARAMETERS
-    assert bench_ranges.RANGES["seconds"] is inputs.SECONDS
-    assert bench_ranges.BATCHED_RANGES["pp"] is inputs.TOKENS and bench_ranges.BATCHED_RANGES["s_tg_tok_s"].hi == 1e7
+    assert logs_values.FIELDS["decode_tok_s"].hi == quantities.TOKENS_PER_S.hi
+    assert logs_values.FIELDS["prompt_tokens"] is quantities.TOKENS
+    assert logs_values.FACTS["gbps"] is quantities.BANDWIDTH_GBPS
+    assert bench_ranges.RANGES["avg_ts"] is quantities.TOKENS_PER_S
+    assert bench_ranges.RANGES["n_prompt"] is quantities.TOKENS
+    assert bench_ranges.RANGES["model_size_bytes"] is quantities.SIZE_BYTES
+    assert bench_ranges.RANGES["model_n_params"] is quantities.PARAMETERS
+    assert bench_ranges.RANGES["seconds"] is quantities.SECONDS
+    assert bench_ranges.BATCHED_RANGES["pp"] is quantities.TOKENS
+    assert bench_ranges.BATCHED_RANGES["s_tg_tok_s"].hi == 1e7
 
 
 # 1. sim logs and 3. every llama-bench format ------------------------------------------------------------------
@@ -435,7 +438,7 @@ def test_log_files_are_checked_by_the_input_layer(tmp_path):
 
 
 def test_a_multibyte_character_cut_at_the_sniffed_head_is_not_binary(tmp_path):
-    from sim.calibration import logs_io
+    from sim.formats import engine_logs_io as logs_io
 
     path = tmp_path / "utf8.log"
     path.write_bytes(b"x" * (logs_io.SNIFF - 1) + "é".encode() + b"\n" + BASALT.encode() + b"\n")

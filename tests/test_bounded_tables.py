@@ -1,5 +1,5 @@
 """The fits' tables, route traces, lengths tables and model files under the rules of ``sim run`` (issue 31): every such
-file read through the one input layer (:mod:`sim.core.inputs`: a regular file of bounded size, UTF-8 text), every
+file read through the one input layer (:mod:`sim.formats.inputs`: a regular file of bounded size, UTF-8 text), every
 value range-checked with its unit where the table is read, a bad file one ``sim: error:`` line with exit 2, within
 5 s and 200 MiB. One bounded child run per defect (``tests/bounded.py``); variants in-process."""
 
@@ -137,9 +137,9 @@ def test_a_far_layer_with_too_few_tokens_is_left_out_with_a_note(tmp_path):
     assert r.code == 0, r.stderr
     warning = [line for line in r.stderr.splitlines() if line.startswith("sim: warning:")]
     assert len(warning) == 1 and "layers 4-150" in warning[0] and "left out" in warning[0], r.stderr
-    import yaml
+    from sim.config.yaml_io import parse_yaml
 
-    fitted = yaml.safe_load(out.read_text())
+    fitted = parse_yaml(out.read_text())
     assert fitted["models"]["trace"]["geometry"]["layers"] == 4
     assert "layers 4-150" in out.read_text().split("\nkind:")[0]  # the note in the file's header too
     assert r.peak_mib < 200, r.peak_mib
@@ -300,9 +300,9 @@ def test_malformed_config_json_is_one_line(tmp_path, text, quant, words):
 def test_dev_zero_tables_and_traces_are_refused_in_process():
     """With the checks in place a device is refused without a read: safe to try in-process."""
     from sim.calibration.routing_fit import read_table
-    from sim.core.tables import read_measured
+    from sim.formats.measured_tables import read_measured
+    from sim.formats.route_trace import read_route_trace
     from sim.modelfiles import read_model_file
-    from sim.moe.route_trace import read_route_trace
     from sim.serving.workload import read_trace
 
     for call in (lambda: read_measured("/dev/zero"), lambda: read_table("/dev/zero"),
@@ -318,8 +318,8 @@ def test_dev_zero_tables_and_traces_are_refused_in_process():
 
 def test_the_table_readers_share_one_set_of_checks(tmp_path):
     from sim.calibration.routing_fit import read_table
-    from sim.core.tables import read_measured
-    from sim.moe.route_trace import read_route_trace
+    from sim.formats.measured_tables import read_measured
+    from sim.formats.route_trace import read_route_trace
     from sim.serving.workload import read_trace
 
     readers = (read_measured, read_table, read_route_trace, lambda p: read_trace(p, 10))

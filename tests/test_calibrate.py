@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import pytest
-import yaml
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +18,7 @@ import sim
 from sim.calibration.calibrate import calibrate
 from sim.calibration.observations import Observation, replay
 from sim.cli import main
+from sim.config.yaml_io import dump_yaml, parse_yaml, read_yaml
 
 ENGINE = "machines.server.engine."
 
@@ -33,7 +33,7 @@ def write_scenario(folder, dense_s: float, prefill_tok_s: float, calibrations=()
                                  ENGINE + "power.idle_w": {"lo": 1, "hi": 100}}}
     raw["calibrations"] = list(calibrations)
     path = folder / "scenario.yaml"
-    path.write_text(yaml.safe_dump(raw))
+    path.write_text(dump_yaml(raw))
     return str(path)
 
 
@@ -72,18 +72,18 @@ def test_calibrate_cli_writes_calibration_report_and_plot_and_uncertainty_sample
     out = folder / "fit.yaml"
     r = CliRunner().invoke(main, ["calibrate", scenario, "--table", table, "--out", str(out)])
     assert r.exit_code == 0, r.output
-    cal = yaml.safe_load(out.read_text())
+    cal = parse_yaml(out.read_text())
     assert len(cal["log_cov"]) == 3 and (folder / "fit_report.md").exists() and (folder / "fit_plot.png").exists()
     assert cal["fitted"] == list(cal["parameters"]) and set(cal["bounds"]) == set(cal["fitted"])
     assert "sim calibrate " in out.read_text().splitlines()[1]
     # the scenario then uses the calibration; --uncertainty draws from its covariance
     fitted = write_scenario(folder, 1e-3, 500.0, calibrations=["fit.yaml"])
-    raw = yaml.safe_load(open(fitted))
+    raw = read_yaml(fitted)
     for key in ("prefill_tok_s", "step"):
         raw["machines"]["server"]["engine"].pop(key) if key == "prefill_tok_s" else \
             raw["machines"]["server"]["engine"]["step"].pop("dense_s")
     raw["machines"]["server"]["engine"]["power"].pop("idle_w")
-    open(fitted, "w").write(yaml.safe_dump(raw))
+    open(fitted, "w").write(dump_yaml(raw))
     r = CliRunner().invoke(main, ["run", fitted, "--uncertainty", "6", "--json"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
@@ -106,25 +106,25 @@ def test_bad_calibration_inputs_are_one_line_errors(synthetic, tmp_path):
     bad.write_text("prompt_tokens,cached_tokens,output_tokens,decode_tok_s\n10,20,5,100\n")
     with pytest.raises(ScenarioError, match="cached_tokens"):
         calibrate(scenario, [], [str(bad)])
-    raw = yaml.safe_load(open(scenario))
+    raw = read_yaml(scenario)
     raw["calibrate"]["free"] = {"machines.server.engine.step": {"lo": 1e-3, "hi": 1.0}}
     odd = tmp_path / "odd.yaml"
-    odd.write_text(yaml.safe_dump(raw))
+    odd.write_text(dump_yaml(raw))
     with pytest.raises(ScenarioError, match="positive number"):
         calibrate(str(odd), [], [table])
     cal = tmp_path / "cal.yaml"
-    cal.write_text(yaml.safe_dump({"parameters": {ENGINE + "step.dense_s": 1e-3}, "log_cov": [[0.1], [0.2]]}))
-    raw = yaml.safe_load(open(scenario))
+    cal.write_text(dump_yaml({"parameters": {ENGINE + "step.dense_s": 1e-3}, "log_cov": [[0.1], [0.2]]}))
+    raw = read_yaml(scenario)
     raw["calibrations"] = [str(cal)]
     raw["machines"]["server"]["engine"]["step"].pop("dense_s")
     uses = tmp_path / "uses.yaml"
-    uses.write_text(yaml.safe_dump(raw))
+    uses.write_text(dump_yaml(raw))
     with pytest.raises(ScenarioError, match="log_cov"):
         calibrated_parameters(str(uses), [])
-    cal.write_text(yaml.safe_dump({"parameters": {ENGINE + "step.dense_s": 1e-3}, "log_cov": [[-0.1]]}))
+    cal.write_text(dump_yaml({"parameters": {ENGINE + "step.dense_s": 1e-3}, "log_cov": [[-0.1]]}))
     with pytest.raises(ScenarioError, match="semi-definite"):
         calibrated_parameters(str(uses), [])
-    cal.write_text(yaml.safe_dump({"parameters": {ENGINE + "step.dense_s": 1e-3}, "log_cov": [[0.01]]}))
+    cal.write_text(dump_yaml({"parameters": {ENGINE + "step.dense_s": 1e-3}, "log_cov": [[0.01]]}))
     names, mean, _, held, bounds = calibrated_parameters(str(uses), [])
     assert np.isinf(bounds).all()  # a file without bounds: draws are not clipped
     assert names == [ENGINE + "step.dense_s"] and held == [] and mean[0] == pytest.approx(np.log(1e-3))
@@ -158,7 +158,7 @@ def table_scenario(folder, dense_s: float, extra: dict | None = None) -> str:
         "checks": {"q.csv slots": "VRAM arithmetic"},
         **(extra or {})}
     path = folder / "tables.yaml"
-    path.write_text(yaml.safe_dump(raw))
+    path.write_text(dump_yaml(raw))
     return str(path)
 
 
@@ -223,14 +223,14 @@ def test_the_calibration_being_written_is_left_out_while_fitting(tables, tmp_pat
 
     folder, _, paths = tables
     stale = tmp_path / "fit.yaml"
-    raw = yaml.safe_load(open(table_scenario(folder, 1e-3)))
+    raw = read_yaml(table_scenario(folder, 1e-3))
     raw["calibrate"]["held"] = {}
     raw["calibrations"] = [str(stale)]
     scenario = tmp_path / "s.yaml"
 
     def fit(exclude, **values):
-        stale.write_text(yaml.safe_dump({"parameters": {ENGINE + f"step.{k}": v for k, v in values.items()}}))
-        scenario.write_text(yaml.safe_dump(raw))
+        stale.write_text(dump_yaml({"parameters": {ENGINE + f"step.{k}": v for k, v in values.items()}}))
+        scenario.write_text(dump_yaml(raw))
         return calibrate(str(scenario), [], paths, seed=7, max_evals=0, starts=0, exclude=exclude)
 
     a, b = fit(str(stale), host_s=0.01), fit(str(stale), host_s=0.0)

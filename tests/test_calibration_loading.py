@@ -3,13 +3,13 @@
 import os
 
 import pytest
-import yaml
 from conftest import CALIBRATION, HOME_LAB
 
 import sim
 from sim.calibration.fit_loading import fit, load_raw_for_fit
-from sim.core.tables import read_measured
+from sim.config.yaml_io import read_yaml
 from sim.core.units import GB, GIB
+from sim.formats.measured_tables import read_measured
 from sim.lab.probes import probe_machine
 
 TABLES = [os.path.join(CALIBRATION, "loading_stages.csv"), os.path.join(CALIBRATION, "loading_mac_sample.csv")]
@@ -49,7 +49,7 @@ def test_decomposition_of_the_field_notes(home_lab):
 
 
 def test_shipped_calibration_is_reproducible():
-    shipped = yaml.safe_load(open(os.path.join(CALIBRATION, "loading.yaml")))
+    shipped = read_yaml(os.path.join(CALIBRATION, "loading.yaml"))
     result = fit(load_raw_for_fit(HOME_LAB), HOME_LAB, TABLES)
     assert set(result.parameters) == set(shipped["parameters"])
     for key, value in shipped["parameters"].items():

@@ -182,13 +182,13 @@ def test_internal_errors_are_one_line(monkeypatch):
 
 
 def test_fit_loading_warns_about_poor_fits(tmp_path):
-    import yaml
+    from sim.config.yaml_io import dump_yaml, read_yaml
 
-    raw = yaml.safe_load(open(HOME_LAB))
+    raw = read_yaml(HOME_LAB)
     raw["calibrations"] = []
     raw["machines"]["mining_box"]["disk"] = "rtx4090_box_disk"  # one disk for two machines that measured differently
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(raw))
+    path.write_text(dump_yaml(raw))
     from conftest import CALIBRATION
 
     r = CliRunner().invoke(main, ["fit-loading", str(path), "--table", os.path.join(CALIBRATION, "loading_stages.csv")])

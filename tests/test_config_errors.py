@@ -9,7 +9,6 @@ import os
 import pickle
 
 import pytest
-import yaml
 from conftest import HOME_LAB, ROOT, tiny_scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +17,7 @@ import sim
 from sim.config.load import load_scenario, validate
 from sim.config.paths import parse_set
 from sim.config.plausibility import plausibility_warnings
-from sim.config.yaml_io import _parse_yaml, _yaml, parse_scalar, read_yaml
+from sim.config.yaml_io import _yaml, dump_yaml, parse_scalar, parse_yaml, read_yaml
 from sim.core.errors import ScenarioError, ScenarioErrors, combined, each_error
 
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "scenarios", "*.yaml")))
@@ -125,10 +124,10 @@ def test_many_problems_are_capped_with_a_count():
 
 def test_each_problem_is_blamed_on_its_own_source(tmp_path):
     path = tmp_path / "s.yaml"
-    raw = yaml.safe_load(open(HOME_LAB))
+    raw = read_yaml(HOME_LAB)
     raw["calibrations"] = [os.path.join(ROOT, "calibration", "loading.yaml")]
     raw["machines"]["rtx4090_box"]["page_cache_gib"] = -3
-    path.write_text(yaml.safe_dump(raw))
+    path.write_text(dump_yaml(raw))
     with pytest.raises(ScenarioErrors) as err:
         sim.load(str(path), ["machines.mining_box.gpus.card0.negotiated_gen=4", "pcie.efficiency=2"])
     by_path = {e.path: e.source for e in err.value.errors}
@@ -164,7 +163,7 @@ YAML_12 = {"30e-6": 3e-05, "1e3": 1000.0, "yes": "yes", "on": "on", "017": 17, "
 
 @pytest.mark.parametrize("text, value", YAML_12.items())
 def test_files_and_set_values_read_yaml_1_2(text, value, tmp_path):
-    assert _parse_yaml(f"k: {text}\n") == {"k": value}
+    assert parse_yaml(f"k: {text}\n") == {"k": value}
     assert _yaml(pure=True).load(f"k: {text}\n") == {"k": value}  # the C parser, if installed, reads the same
     assert parse_scalar(text) == value and parse_set(f"a.b={text}") == ("a.b", value)
 

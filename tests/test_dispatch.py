@@ -315,7 +315,7 @@ def test_the_decode_scatter_in_the_home_lab_is_the_pooled_scatter_of_the_measure
 
     from conftest import CALIBRATION
 
-    from sim.core.tables import read_measured
+    from sim.formats.measured_tables import read_measured
 
     triples = []
     for name, key, rows in (("basalt_peer_reserve.csv", "peer_reserve_mib", ("1536", "2048")),

@@ -3,11 +3,11 @@
 import os
 
 import pytest
-import yaml
 from conftest import CALIBRATION, HOME_LAB
 
 from sim import ScenarioError
 from sim.calibration.fit_loading import fit, load_raw_for_fit
+from sim.config.yaml_io import parse_yaml
 
 STAGES = os.path.join(CALIBRATION, "loading_stages.csv")
 
@@ -89,5 +89,5 @@ def test_calibration_yaml_round_trips(tmp_path):
 
     result = fit(load_raw_for_fit(HOME_LAB), HOME_LAB, [STAGES])
     text = calibration_yaml(result, HOME_LAB, [STAGES], str(tmp_path / "c.yaml"))
-    body = yaml.safe_load(text)
+    body = parse_yaml(text)
     assert body["parameters"] == result.parameters and body["degrees_of_freedom"] == result.dof

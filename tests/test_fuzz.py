@@ -16,20 +16,20 @@ import os
 import time
 
 import pytest
-import yaml
 from click.testing import CliRunner
 from conftest import ROOT
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from ruamel.yaml.error import YAMLError
 
+from sim.config.yaml_io import dump_yaml, parse_yaml
 from sim.core.errors import ScenarioError, SimulationError
 
 SCALE = float(os.environ.get("SIM_FUZZ_SCALE", "1"))
 SCENARIOS = ["home_lab.yaml", "gen3_5090.yaml", "a100_llama2_7b.yaml", "basalt_3gpu.yaml"]
 LONGEST_LINE = 1_000  # an error line a terminal can show
-# mutants are written by libyaml's emitter where PyYAML has it: the same data as yaml.safe_dump writes (a few keys and
-# strings quoted otherwise), several times faster (the pure-Python emitter took a third of the mutated-scenario test)
-SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+# mutants are written as the project writes YAML (sim.config.yaml_io.dump_yaml: ruamel.yaml on libyaml's emitter,
+# several times faster than the pure-Python one, which took a third of the mutated-scenario test)
 
 
 def fuzz(examples: int):
@@ -49,7 +49,7 @@ def assert_one_line_errors(exc: ScenarioError) -> None:
 
 def raw_scenario(name: str) -> dict:
     with open(os.path.join(ROOT, "scenarios", name), encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        return parse_yaml(fh.read())
 
 
 RAW = {name: raw_scenario(name) for name in SCENARIOS}
@@ -156,8 +156,8 @@ def test_mutated_scenarios_validate_or_say_why_in_one_line_each(case, tmp_path_f
     name, tree = case
     path = mutant_path(tmp_path_factory)
     try:
-        path.write_text(yaml.dump(tree, Dumper=SAFE_DUMPER, allow_unicode=True), encoding="utf-8")
-    except yaml.YAMLError:
+        path.write_text(dump_yaml(tree), encoding="utf-8")
+    except YAMLError:
         return
     try:
         scn, _ = load_scenario(str(path))
@@ -308,7 +308,7 @@ def corrupt(data, lines: list[str], row: int, kind: str) -> list[str]:
 @fuzz(150)
 @given(data=st.data())
 def test_measured_tables_read_or_say_why_in_one_line(data, tmp_path_factory):
-    from sim.core.tables import read_measured
+    from sim.formats.measured_tables import read_measured
 
     source = data.draw(st.sampled_from(sorted(f for f in os.listdir(os.path.join(ROOT, "calibration"))
                                               if f.endswith(".csv"))))
@@ -353,7 +353,7 @@ def test_runnable_mutants_run_in_bounded_time_with_sane_values(case, tmp_path_fa
 
     name, tree = case
     path = mutant_path(tmp_path_factory)
-    path.write_text(yaml.dump(tree, Dumper=SAFE_DUMPER), encoding="utf-8")
+    path.write_text(dump_yaml(tree), encoding="utf-8")
     overrides = ["serve.requests=20"] if tree.get("serve") else []
     try:
         scn, _ = load_scenario(str(path), overrides)

@@ -5,7 +5,7 @@ every format the reader takes through ``sim logs`` and ``sim fit-offload --bench
 (``sim fit-loads``, ``sim fit-loading``, ``sim fit-routing --table/--trace``). The rules and caps are those of
 tests/test_fuzz_commands.py (tests/fuzz_support.py). A result must not take an impossible value as data: a GGUF with
 a zero dimension, a dimension past 2**31 or tensor data past the file's end is refused, and llama-bench rows keep
-their rates, sizes and times within the ranges of sim.core.inputs.
+their rates, sizes and times within the ranges of sim.formats.quantities.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from fuzz_support import (  # noqa: F401 (fuzz_stats: the session fixture writin
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sim.core.inputs import SECONDS, SIZE_BYTES, TOKENS, TOKENS_PER_S
+from sim.formats.quantities import SECONDS, SIZE_BYTES, TOKENS, TOKENS_PER_S
 
 MACHINE = ["--gpu", "rtx4060ti_16gb", "--host", "ryzen7_9700x"]
 
@@ -305,7 +305,7 @@ def bench_text(data, files: list[str] = BENCH_FILES, copies: tuple[int, ...] = (
 
 
 def rows_check(out) -> list[str]:
-    """Rows of ``sim logs --json`` within the ranges of sim.core.inputs, and no more cached than prompt tokens."""
+    """Rows of ``sim logs --json`` within the ranges of sim.formats.quantities, no more cached than prompt tokens."""
     doc = json.loads(out.stdout)
     rows = doc.get("rows", []) + doc.get("batched_rows", [])
     found = finite_problems(rows, ROW_BOUNDS, "sim logs row")

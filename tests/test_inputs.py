@@ -1,4 +1,4 @@
-"""The one input layer (:mod:`sim.core.inputs`): what it refuses and how it says so, and the quantities' ranges."""
+"""The one input layer (:mod:`sim.formats.inputs`): what it refuses and how it says so, and the quantities' ranges."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.core import inputs
 from sim.core.errors import ScenarioError
-from sim.core.inputs import BANDWIDTH_GBPS, SHARE, TOKENS, TOKENS_PER_S, Quantity
+from sim.formats import inputs
+from sim.formats.quantities import BANDWIDTH_GBPS, SHARE, TOKENS, TOKENS_PER_S, Quantity
 
 
 def refusal(call) -> str:

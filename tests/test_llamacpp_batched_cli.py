@@ -8,11 +8,11 @@ import io
 import json
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from sim.cli import main
-from sim.llamacpp.batched_output import read_batched_output
+from sim.config.yaml_io import parse_yaml
+from sim.formats.batched_bench import read_batched_output
 
 QWEN = ["--model", "calibration/models/qwen3-30b-a3b.json", "--quant", "Q4_K_M", "--model-gib", "17.28"]
 BOX = ["--gpu", "rtx4060ti_16gb", "--host", "ryzen7_9700x"]
@@ -89,7 +89,7 @@ def test_write_keeps_the_machine_and_engine(tmp_path):
     r = invoke("llama", LINE, *QWEN, *BOX, "--write", str(out))
     assert r.exit_code == 0, r.output
     assert "not llama-batched-bench's -npp / -ntg / -npl tests" in r.stdout
-    raw = yaml.safe_load(out.read_text())
+    raw = parse_yaml(out.read_text())
     assert raw["machines"]["box"]["engine"]["llamacpp"]["ctx_size"] == 16384 and "bench" not in raw
     assert invoke("run", str(out)).exit_code == 0
 

@@ -14,10 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.core.errors import ScenarioError
-from sim.core.inputs import TOKENS_PER_S
-from sim.llamacpp import batched_output, bench_output
-from sim.llamacpp.batched_output import BatchedRuns, read_batched_output
-from sim.llamacpp.bench_output import read_bench_output
+from sim.formats import batched_bench as batched_output
+from sim.formats import llama_bench as bench_output
+from sim.formats.batched_bench import BatchedRuns, read_batched_output
+from sim.formats.llama_bench import read_bench_output
+from sim.formats.quantities import TOKENS_PER_S
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "llamacpp")
 HEADER = "|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |"
@@ -203,7 +204,7 @@ ROWS = RUNS.map(lambda run: tool_row(*run))
 
 def impossible(row: tuple) -> bool:
     """A row the tool would print with an infinite speed (tokens over a time of 0 us), a speed beyond any machine
-    (sim.core.inputs.TOKENS_PER_S: 11 tokens in 1 us, read as a bad line) or no tokens at all."""
+    (sim.formats.quantities.TOKENS_PER_S: 11 tokens in 1 us, read as a bad line) or no tokens at all."""
     pp, tg = row[:2]
     return bool((pp and row[4] == 0) or (tg and row[6] == 0) or pp + tg == 0
                 or any(math.isfinite(v) and v > TOKENS_PER_S.hi for v in (row[5], row[7], row[9])))

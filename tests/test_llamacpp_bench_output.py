@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.core.errors import ScenarioError
-from sim.llamacpp import bench_output
-from sim.llamacpp.bench_output import BenchRuns, label_for, parse_label, read_bench_output
+from sim.formats import llama_bench as bench_output
+from sim.formats.llama_bench import BenchRuns, label_for, parse_label, read_bench_output
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "llamacpp")
 GIB = 2**30

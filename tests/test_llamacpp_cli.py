@@ -9,10 +9,10 @@ import shutil
 import time
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from sim.cli import main
+from sim.config.yaml_io import parse_yaml
 
 QWEN = "calibration/models/qwen3-30b-a3b.json"
 OSS120 = "calibration/models/gpt-oss-120b.json"
@@ -88,7 +88,7 @@ def test_a_pasted_llama_bench_line_runs_each_swept_value(tmp_path):
     out = tmp_path / "mine.yaml"
     r = invoke("llama", line, "--model", QWEN, "--quant", "Q4_K_M", *MACHINE, "--write", str(out))
     assert r.exit_code == 0, r.output
-    raw = yaml.safe_load(out.read_text())
+    raw = parse_yaml(out.read_text())
     lc = raw["machines"]["box"]["engine"]["llamacpp"]
     assert lc["n_gpu_layers"] == 99 and lc["threads"] == 6 and lc["flash_attn"] is True
     assert raw["bench"]["n_prompt"] == [128] and raw["bench"]["n_gen"] == [32]
@@ -123,7 +123,7 @@ def test_logs_reads_llama_bench_outputs_and_fit_offload_fits_to_them(tmp_path):
     out = tmp_path / "cal.yaml"
     r = invoke("fit-offload", "--scenario", str(scenario), "--bench", str(runs), "--out", str(out))
     assert r.exit_code == 0, r.output
-    doc = yaml.safe_load(out.read_text())
+    doc = parse_yaml(out.read_text())
     keys = set(doc["parameters"])
     assert "machines.box.engine.llamacpp.costs.cpu_memory_efficiency" in keys
     # the scenario reads it back and lands closer to the runs

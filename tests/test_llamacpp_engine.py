@@ -221,15 +221,14 @@ def test_serving_requests_on_llamacpp_little_law():
 
 
 def test_defaults_equal_the_shipped_fit():
-    import yaml
-
+    from sim.config.yaml_io import read_yaml
     from sim.llamacpp.params import BAND, BAND_WITHIN
 
-    doc = yaml.safe_load(open("calibration/llamacpp.yaml"))
+    doc = read_yaml("calibration/llamacpp.yaml")
     assert set(doc["parameters"]) == set(DEFAULTS)
     for key, value in DEFAULTS.items():
         assert doc["parameters"][key]["value"] == pytest.approx(value, rel=1e-5), key
-    bands = yaml.safe_load(open("calibration/llamacpp_bands.yaml"))
+    bands = read_yaml("calibration/llamacpp_bands.yaml")
     for test in ("tg", "pp"):
         assert tuple(bands["band"][test]) == pytest.approx(BAND[test], rel=1e-3)
         assert tuple(bands["band_within"][test]) == pytest.approx(BAND_WITHIN[test], rel=1e-3)

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import yaml
 from conftest import CALIBRATION, ROOT, tiny_scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +16,7 @@ import sim
 from sim.calibration.fit_loading import load_raw_for_fit
 from sim.calibration.fit_loads import fit, predict, read_rows
 from sim.config.load import validate
+from sim.config.yaml_io import read_yaml
 from sim.core.units import GB, MIB
 from sim.lab import loading
 from sim.lab.loaders import composition, lone_load_s, stage_costs
@@ -248,12 +248,12 @@ def test_start_up_phases_count_in_the_dispatchers_estimate_and_in_the_run():
 def test_public_loads_kept_out_of_the_fit_are_within_20_percent_median():
     result = fit(load_raw_for_fit(PUBLIC), PUBLIC, TABLE)
     assert result.check_median_abs_error < 0.20
-    shipped = yaml.safe_load(open(os.path.join(CALIBRATION, "public_loads.yaml"), encoding="utf-8"))
+    shipped = read_yaml(os.path.join(CALIBRATION, "public_loads.yaml"))
     assert shipped["parameters"] == result.parameters  # the shipped file is what the fit gives
     assert len(result.check_rows) >= 7 and all(r["row_id"] not in {f["row_id"] for f in result.fit_rows}
                                               for r in result.check_rows)
     # the PCIe efficiency fitted on BV's pinned copy, against the seed's two links (calibration/loading.yaml)
-    seed = yaml.safe_load(open(os.path.join(CALIBRATION, "loading.yaml"), encoding="utf-8"))
+    seed = read_yaml(os.path.join(CALIBRATION, "loading.yaml"))
     assert result.parameters["pcie.efficiency"] == pytest.approx(seed["parameters"]["pcie.efficiency"], rel=0.03)
 
 

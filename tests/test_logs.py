@@ -1,4 +1,4 @@
-"""Engine log parsers (sim.calibration.logs): the shipped real lines, each format's variants, and garbage."""
+"""Engine log parsers (sim.formats.engine_logs): the shipped real lines, each format's variants, and garbage."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from conftest import CALIBRATION
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.calibration.logs import ROW_FIELDS, read_logs
+from sim.formats.engine_logs import ROW_FIELDS, read_logs
 
 
 def parse(*lines: str):

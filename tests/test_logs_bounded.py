@@ -11,8 +11,8 @@ import pytest
 from bounded import run_bounded
 from click.testing import CliRunner
 
-from sim.calibration.logs import read_logs
 from sim.cli import main
+from sim.formats.engine_logs import read_logs
 
 BASALT = ("[server] s1 done pp=11951/0c 2.2s 5492t/s  tg=1153 490.4t/s acc=73%  ttft=2.2s  end=stop  hit=99.3%  "
           "pcie=4.5%")

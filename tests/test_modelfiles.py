@@ -372,7 +372,7 @@ def test_gguf_header_reader_agrees_with_gguf_and_skips_the_vocabulary(tmp_path):
 
     import gguf
 
-    from sim.modelfiles.gguf_file import _header_reader
+    from sim.formats.gguf import header_reader
 
     path = tmp_path / "vocab.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
@@ -388,7 +388,7 @@ def test_gguf_header_reader_agrees_with_gguf_and_skips_the_vocabulary(tmp_path):
     w.write_tensors_to_file()
     w.close()
     start = time.perf_counter()
-    fast = _header_reader()(str(path))
+    fast = header_reader()(str(path))
     assert time.perf_counter() - start < 1.0
     plain = gguf.GGUFReader(str(path))
     assert list(fast.fields) == list(plain.fields)
@@ -450,9 +450,9 @@ def test_sim_model_prints_geometry_and_scenario_entry(tmp_path):
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "30.53 B total, 3.35 B active" in r.stdout and "KV cache" in r.stdout
-    import yaml
+    from sim.config.yaml_io import parse_yaml
 
-    entry = yaml.safe_load(r.stdout.split("scenario entry:\n", 1)[1])
+    entry = parse_yaml(r.stdout.split("scenario entry:\n", 1)[1])
     assert list(entry["models"]) == ["qwen3-30b-a3b"]
     ModelSpec(**entry["models"]["qwen3-30b-a3b"])
     path = tmp_path / "tiny.gguf"

@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 
 import pytest
-import yaml
 from click.testing import CliRunner
 from conftest import ROOT
 
 from sim.cli import main
 from sim.config.load import load_scenario
+from sim.config.yaml_io import dump_yaml, read_yaml
 from sim.core.errors import ScenarioError
 from sim.modelfiles import read_model_file
 from sim.moe.setup import setup_engine
@@ -22,13 +22,13 @@ MODELS = os.path.join(ROOT, "calibration", "models")
 
 def scenario_with(tmp_path, model: str, quant: str | None, **extra) -> str:
     """The shipped RTX 4090 scenario serving ``model`` (a calibration/models config) at ``quant``."""
-    raw = yaml.safe_load(open(HOME))
+    raw = read_yaml(HOME)
     spec = {"file": os.path.join(MODELS, model), **extra}
     if quant is not None:
         spec["quant"] = quant
     raw["models"]["qwen3_30b"] = spec
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(raw))
+    path.write_text(dump_yaml(raw))
     return str(path)
 
 

@@ -1,97 +1,59 @@
-"""The README's first session runs as written: install (done: the suite runs installed), run, a what-if as a
-difference, a sweep and its figure; each command succeeds and writes what the README says."""
+"""The README a newcomer reads first: short, opening on the two commands, one session per main question, links that
+lead somewhere; and the docs' what-if tables are `sim compare --markdown` output. Running every command the README
+and the docs show, and checking what they quote, is tests/test_docs_commands.py's (the what-if tables byte for byte
+among them); this file checks what that generic test cannot."""
+
+from __future__ import annotations
 
 import os
 import re
-import shlex
 
-import pytest
-from click.testing import CliRunner
+from docs_blocks import INSTALLS, all_blocks, console_commands, doc_blocks, parse_sim, user_folder
+from docs_text import ROOT, fenced_blocks, read_doc
 
-from sim.cli import main
-
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+QUESTIONS = {"compare", "capacity", "breakeven", "sweep", "plot"}  # with advise or llama; sim run opens it
 
 
-def walkthrough() -> list[str]:
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    block = re.search(r"<!-- walkthrough -->\n```\n(.*?)```\n<!-- /walkthrough -->", readme, re.S)
-    assert block, "README: the walkthrough block is missing"
-    return [line for line in block.group(1).splitlines() if line.strip()]
+def readme_lines() -> list[str]:
+    return read_doc("README.md").splitlines()
 
 
-def test_the_walkthrough_starts_by_installing_and_covers_run_compare_sweep_plot():
-    lines = walkthrough()
-    assert lines[0] == "pip install -e ."
-    assert [shlex.split(line)[1] for line in lines[1:]] == ["run", "compare", "sweep", "plot"]
+def test_the_readme_is_read_in_five_minutes():
+    assert len(readme_lines()) <= 260, f"README.md: {len(readme_lines())} lines, at most 260"
 
 
-@pytest.fixture
-def user_folder(tmp_path, monkeypatch):
-    """A folder like a fresh checkout's: the shipped scenarios and calibrations, nothing written yet."""
-    for name in ("scenarios", "calibration"):
-        os.symlink(os.path.abspath(os.path.join(ROOT, name)), tmp_path / name)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+def test_the_readme_opens_with_the_two_commands_in_a_fence(tmp_path, monkeypatch):
+    line, _, body = fenced_blocks(read_doc("README.md"))[0]
+    assert line <= 3 and tuple(body) == INSTALLS, f"README.md:{line}: the first block is not the two commands"
+    first_run = tuple(INSTALLS[0].split(" && ")[1].split())
+    monkeypatch.chdir(user_folder(str(tmp_path)))
+    assert parse_sim(first_run[1:], "README.md:4")
+    shown = {step.args for b in all_blocks() if b.info == "console" and not b.slow for cmd in console_commands(b)
+             for step in cmd.steps}
+    assert first_run in shown, "README.md and docs/: no session runs the README's first command (and quotes it)"
 
 
-def test_every_walkthrough_command_runs(user_folder):
-    outputs = {}
-    for line in walkthrough()[1:]:
-        args = shlex.split(line)
-        assert args[0] == "sim"
-        r = CliRunner().invoke(main, args[1:], catch_exceptions=False)
-        assert r.exit_code == 0, f"{line}\n{r.output}"
-        outputs[args[1]] = r.stdout
-    assert "decode 133.7 tok/s" in outputs["run"] and "free 8.31 GiB" in outputs["run"]
-    readme_prose = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    assert "133.7 decode tok/s with 8.3 GiB of free VRAM" in readme_prose  # what the README says the run prints
-    compare = outputs["compare"].splitlines()
-    assert any(line.startswith("decode_tok_s") and "%" in line for line in compare)
-    assert (user_folder / "runs" / "tenant" / "results.parquet").exists()
-    assert (user_folder / "figures" / "figure.png").stat().st_size > 10_000
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    for line in compare:  # the README quotes the comparison as it prints
-        if line.startswith(("decode_tok_s ", "expert_hit_rate ", "energy_j_per_token ")):
-            assert line in readme, line
+def test_the_readme_shows_a_session_for_each_main_question():
+    shown = {step.args[1] for block in doc_blocks("README.md", read_doc("README.md")) if block.info == "console"
+             for cmd in console_commands(block) for step in cmd.steps if step.args[0] == "sim" and len(step.args) > 1}
+    assert QUESTIONS <= shown and shown & {"advise", "llama"}, f"README.md: no console session for "\
+        f"{sorted(QUESTIONS - shown) or 'sim advise or sim llama'}"
 
 
-def compare_tables() -> list[tuple[str, str, str]]:
-    """(shell variables, command, table) of every `sim compare --markdown` table the README shows."""
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    return re.findall(r"```\n(S=[^\n]*)\n(sim compare .*?)```\n\n(\| case .*?)\n\n", readme, re.S)
+def test_the_readme_links_lead_to_files_of_the_checkout():
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", read_doc("README.md"))
+    local = [link for link in links if not re.match(r"\w+://|mailto:", link)]
+    assert local, "README.md: no link to the docs"
+    missing = [link for link in local if not os.path.exists(os.path.join(ROOT, link))]
+    assert not missing, f"README.md: links to files that do not exist: {missing}"
 
 
-def test_the_readme_shows_the_what_if_and_the_catalog_tables():
-    commands = [command for _, command, _ in compare_tables()]
-    assert len(commands) == 2 and any("type=rtx4090" in c for c in commands)
-
-
-@pytest.mark.parametrize("block", range(2))
-def test_the_readme_what_if_table_is_what_sim_compare_prints(monkeypatch, block):
-    """The what-if tables (under the default scenario, and on other catalog cards) are `sim compare --markdown`
-    output, byte for byte."""
-    shell, command, table = compare_tables()[block]
-    variables = dict(part.split("=", 1) for part in shell.split("; "))
-    command = command.replace("\\\n", " ")
-    for name, value in variables.items():  # the shell's expansion of $S and $G, in the order they were defined
-        value = re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], value)
-        variables[name] = value
-    command = re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], command)
-    monkeypatch.chdir(ROOT)
-    r = CliRunner().invoke(main, shlex.split(command)[1:], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    assert r.stdout == table + "\n"
-
-
-def test_the_readme_shows_what_sim_run_prints_for_the_catalog_scenario(monkeypatch):
-    """The README's block under the scenario written from catalog names and a config file is `sim run` output."""
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    found = re.search(r"`scenarios/rtx4090_qwen3_30b.yaml` is written that way.*?```\n(.*?)```\n", readme, re.S)
-    assert found, "README: the catalog scenario's output is missing"
-    monkeypatch.chdir(ROOT)
-    r = CliRunner().invoke(main, ["run", "scenarios/rtx4090_qwen3_30b.yaml"], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    shown = found.group(1).splitlines()
-    assert shown == r.stdout.splitlines()[2:2 + len(shown)]
-
+def test_the_docs_show_the_what_if_and_the_catalog_tables_as_sim_compare_prints_them():
+    """Two `sim compare --markdown` tables (under the default scenario, and on other catalog cards), each right
+    after the block that makes it, in a block that runs (so tests/test_docs_commands.py compares them)."""
+    tables = [b for b in all_blocks() if b.info == "console" and b.table_after
+              and "--markdown" in console_commands(b)[-1].steps[-1].args]
+    assert len(tables) >= 2, f"README.md and docs/: {len(tables)} `sim compare --markdown` tables, expected 2"
+    assert not [b.id for b in tables if b.slow], "a what-if table in a slow block is never compared"
+    cards = [b for b in tables if any("type=rtx4090" in a for a in console_commands(b)[-1].steps[-1].args)]
+    assert cards, "README.md and docs/: no what-if table over catalog cards (type=rtx4090)"

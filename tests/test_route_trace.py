@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from sim import ScenarioError
-from sim.moe.route_trace import read_route_trace, replay_law, sampled_trace
+from sim.calibration.route_sampler import sampled_trace
+from sim.formats.route_trace import read_route_trace
 from sim.moe.routing import RoutingLaw, consecutive_overlap, inclusion_probabilities
+from sim.moe.trace_replay import lru_hit_rates, replay_law, trace_summary
 
 sys.path.insert(0, "tests")
 
@@ -70,7 +72,7 @@ def test_statistics_against_direct_computations(sampled):
         for seq in groups.values():
             hh, tt = reference_lru(seq, cap)
             h, t = h + hh, t + tt
-        assert trace.lru_hit_rates([cap])[0] == pytest.approx(h / t, abs=1e-12)
+        assert lru_hit_rates(trace, [cap])[0] == pytest.approx(h / t, abs=1e-12)
     o, who = trace.overlap(1)
     direct = [len(set(s[i]) & set(s[i + 1])) / 4 for s in groups.values() for i in range(len(s) - 1)]
     assert o.mean() == pytest.approx(np.mean(direct), abs=1e-12) and set(who.tolist()) == {0, 1, 2}
@@ -81,7 +83,7 @@ def test_statistics_against_direct_computations(sampled):
     assert stats["distinct"].shape == (3, 3) and (stats["distinct"] <= 32).all() and (stats["top1"] <= 0.25).all()
     pi = trace.inclusion(32)
     assert pi.sum(axis=1) == pytest.approx(np.full(3, 4.0)) and (pi > 0).all() and (pi < 1).all()
-    summary = trace.summary(capacities=(4, 8))
+    summary = trace_summary(trace, capacities=(4, 8))
     assert summary["requests"] == 3 and 0 < summary["overlap"][1] < 1
 
 

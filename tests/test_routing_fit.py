@@ -6,11 +6,11 @@ import sys
 
 import numpy as np
 import pytest
-import yaml
 from conftest import ROOT
 
 from sim import ScenarioError
 from sim.calibration.routing_fit import Observation, Params, error, fit, predict, read_table, simulated, workloads
+from sim.config.yaml_io import parse_yaml, read_yaml
 
 TABLE = os.path.join(ROOT, "calibration", "routing_public.csv")
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -80,7 +80,7 @@ def test_a_range_is_met_inside_and_missed_by_its_distance():
 @pytest.mark.slow
 def test_the_shipped_fit_holds_its_rows():
     """Fitted rows within two tolerances, the held-out LRU capacities within two points."""
-    shipped = yaml.safe_load(open(os.path.join(ROOT, "calibration", "routing.yaml"), encoding="utf-8"))
+    shipped = read_yaml(os.path.join(ROOT, "calibration", "routing.yaml"))
     rows = shipped["residuals"]
     assert all(abs(r["error"]) <= 2 * r["tolerance"] for r in rows if r["role"] == "fit"), rows
     assert all(abs(r["error"]) <= 0.02 for r in rows if r["role"] == "check" and r["quantity"] == "lru_hit_rate")
@@ -94,7 +94,7 @@ def test_fit_routing_on_a_trace_and_its_errors(tmp_path):
     from bounded import run_bounded
     from test_route_trace import write_csv
 
-    from sim.moe.route_trace import sampled_trace
+    from sim.calibration.route_sampler import sampled_trace
     from sim.moe.routing import RoutingLaw
 
     law = RoutingLaw(layers=4, experts=32, top_k=4, exponent=1.2, locality=0.3)
@@ -103,7 +103,7 @@ def test_fit_routing_on_a_trace_and_its_errors(tmp_path):
     out = run_bounded(["fit-routing", "--trace", str(tmp_path / "t.csv"), "--model", "small", "--no-sample",
                        "--out", str(tmp_path / "fit.yaml")], timeout_s=120)
     assert out.code == 0, out.stderr
-    fitted = yaml.safe_load((tmp_path / "fit.yaml").read_text())
+    fitted = parse_yaml((tmp_path / "fit.yaml").read_text())
     assert fitted["models"]["small"]["geometry"] == {"layers": 4, "experts_per_layer": 32, "top_k": 4}
     assert 0.1 < fitted["parameters"]["locality"]["value"] < 0.5
     assert (tmp_path / "fit_report.md").exists()

@@ -3,7 +3,6 @@
 import os
 
 import pytest
-import yaml
 from conftest import HOME_LAB, tiny_scenario
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,6 +11,7 @@ import sim
 from sim import ScenarioError
 from sim.config.load import validate
 from sim.config.paths import parse_set, set_dotted
+from sim.config.yaml_io import dump_yaml, read_yaml
 from sim.core.output import atomic_write_text
 
 keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max_size=8).filter(
@@ -35,7 +35,7 @@ def test_set_dotted_then_read_back(path, value):
 
 @given(values)
 def test_parse_set_reads_yaml_scalars(value):
-    text = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+    text = dump_yaml(value).strip().removesuffix("...").strip()
     path, parsed = parse_set(f"a.b={text}")
     assert path == "a.b"
     assert parsed == value or (isinstance(value, float) and parsed == pytest.approx(value))
@@ -95,7 +95,7 @@ def test_unified_machine_rules():
 def test_calibration_overlay_fills_the_scenario():
     scn = sim.load(HOME_LAB).config
     assert scn.disks["rtx4090_box_disk"].read_gbps == pytest.approx(3.046, rel=1e-3)
-    assert "read_gbps" not in yaml.safe_load(open(HOME_LAB))["disks"]["rtx4090_box_disk"]
+    assert "read_gbps" not in read_yaml(HOME_LAB)["disks"]["rtx4090_box_disk"]
     # --set wins over the calibration
     scn = sim.load(HOME_LAB, ["disks.rtx4090_box_disk.read_gbps=7"]).config
     assert scn.disks["rtx4090_box_disk"].read_gbps == 7
@@ -117,12 +117,12 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
 
 def write_scenario(tmp_path, edit=None, calibration=None):
     """A copy of home_lab.yaml in tmp_path (its calibration path made absolute), edited by ``edit(raw)``."""
-    raw = yaml.safe_load(open(HOME_LAB))
+    raw = read_yaml(HOME_LAB)
     raw["calibrations"] = [calibration or os.path.join(os.path.dirname(HOME_LAB), "..", "calibration", "loading.yaml")]
     if edit:
         edit(raw)
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(raw))
+    path.write_text(dump_yaml(raw))
     return str(path)
 
 

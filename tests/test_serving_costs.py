@@ -9,11 +9,11 @@ from click.testing import CliRunner
 
 from sim.batching.cost import StepCost
 from sim.batching.families import ATTENTION, FAMILIES, iteration_costs
-from sim.batching.operators import operator_table
 from sim.cli import main
 from sim.config.load import load_scenario
 from sim.core.errors import ScenarioError
 from sim.dense.setup import setup_dense
+from sim.formats.operator_profiles import operator_table
 from sim.runner import run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -165,7 +165,7 @@ def test_vidur_reference_workload_within_its_targets():
 
 
 def test_shipped_profiles_are_found_for_their_card_and_geometry():
-    from sim.batching.operators import profile_for
+    from sim.config.operator_profiles import profile_for
 
     assert profile_for("a100_80gb_sxm", 32, 4096, 128.0).endswith("llama3_8b_mlp_ops.csv")
     assert profile_for("a100_80gb_sxm", 32, 4096, 128.0, tensor_parallel=4) is not None

@@ -49,7 +49,7 @@ def concurrency_scenario(clients: int):
 
 @pytest.fixture(scope="module")
 def concurrency_measured():
-    from sim.core.tables import read_measured
+    from sim.formats.measured_tables import read_measured
 
     _, rows = read_measured(os.path.join(CALIBRATION, "strata_concurrency.csv"))
     return {int(r["clients"]): {k: float(v) for k, v in r.items()} for r in rows}

@@ -1,5 +1,5 @@
 """The shipped MoE calibrations are what `sim calibrate` writes: each file's header names the command that wrote it
-(the README gives the same), and the current code, evaluated at the file's own values with the fit's common random
+(the docs give the same), and the current code, evaluated at the file's own values with the fit's common random
 numbers, simulates every residual the file records. The full search (minutes) is
 `benchmarks/reproduce_calibrations.py`."""
 
@@ -10,13 +10,14 @@ import shlex
 
 import numpy as np
 import pytest
-import yaml
 from conftest import CALIBRATION, ROOT
+from docs_text import all_docs_text
 
 from sim.calibration.calibrate import build_problem
 from sim.calibration.covariance import jacobian, standard_errors
 from sim.calibration.problem import Problem, held_sets
 from sim.config.load import read_calibrate
+from sim.config.yaml_io import read_yaml
 
 FILES = ("strata_moe.yaml", "basalt_moe.yaml")
 
@@ -56,11 +57,10 @@ def options(args: list[str]) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_the_readme_gives_the_command_that_wrote_each_calibration(name):
+def test_the_docs_give_the_command_that_wrote_each_calibration(name):
     args = header_command(name)
     assert args[:2] == ["sim", "calibrate"] and options(args)["--out"] == [f"calibration/{name}"]
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
-        assert " ".join(args) in fh.read()
+    assert " ".join(args) in all_docs_text(), f"README.md and docs/ do not give the command that wrote {name}"
 
 
 @pytest.mark.slow
@@ -70,7 +70,7 @@ def test_each_shipped_calibration_is_what_the_code_simulates_at_its_values(name,
     opts = options(header_command(name))
     scenario, out = opts["scenario"][0], opts["--out"][0]
     seed = int(opts.get("--seed", ["0"])[0])
-    cal_file = yaml.safe_load(open(out, encoding="utf-8"))
+    cal_file = read_yaml(out)
     cal = read_calibrate(scenario)
     assert cal_file["fitted"] == list(cal.free) and set(cal_file["parameters"]) == set(cal.free) | set(cal.held)
     assert len(cal_file["log_cov"]) == len(cal.free)

@@ -9,7 +9,6 @@ import os
 
 import numpy as np
 import pytest
-import yaml
 from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 import sim
 from sim.catalog import gpu_entries
 from sim.config.load import load_scenario
+from sim.config.yaml_io import read_yaml
 from sim.core.units import GB, GIB, MIB
 from sim.moe.setup import setup_engine
 from sim.moe.spec_costs import DEFAULTS
@@ -55,7 +55,7 @@ def test_the_power_of_a_run_never_exceeds_its_card():
 
 
 def test_a_scenario_of_catalog_names_and_a_config_file_runs_within_the_roofline():
-    raw = yaml.safe_load(open(HOME))
+    raw = read_yaml(HOME)
     assert "step" not in raw["machines"]["home_box"]["engine"]  # no step seconds written
     scn, eng = engine(HOME)
     m = metrics(HOME)
@@ -70,7 +70,7 @@ def test_a_scenario_of_catalog_names_and_a_config_file_runs_within_the_roofline(
 
 
 def test_defaults_are_the_shipped_strata_fit():
-    cal = yaml.safe_load(open(os.path.join(ROOT, "calibration", "strata_moe.yaml")))["parameters"]
+    cal = read_yaml(os.path.join(ROOT, "calibration", "strata_moe.yaml"))["parameters"]
     for name in ("layer_s", "cpu_efficiency", "cpu_sync_s", "cpu_budget_s", "graph_break_s", "memory_efficiency",
                  "pcie_latency_s"):
         assert DEFAULTS[name][0] == pytest.approx(cal[f"machines.strata_box.engine.step.{name}"], rel=1e-6), name

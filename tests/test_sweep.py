@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from conftest import HOME_LAB, ROOT
+from docs_text import all_docs_text
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -239,8 +240,9 @@ def test_one_worker_two_workers_and_dask_give_identical_tables(tmp_path):
 
 
 @pytest.mark.slow
-def test_unreachable_dask_scheduler_is_one_line(tmp_path):
+def test_unreachable_dask_scheduler_is_one_line(tmp_path, monkeypatch):
     pytest.importorskip("distributed")
+    monkeypatch.setattr("sim.sweeps.backends.DASK_CONNECT_S", 1.0)  # refused at once; distributed retries till then
     r = invoke("sweep", HOME_LAB, "--axis", "jobs.long_with_load.tokens=1000", "--dask", "tcp://127.0.0.1:1",
                "--out", str(tmp_path / "o"), "--quiet")
     assert r.exit_code == 2 and "Dask scheduler" in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -343,7 +345,7 @@ def test_uncertainty_draws_are_common_to_every_point(tmp_path):
 def test_shipped_sweeps_parse_and_their_measured_points_resolve():
     from sim.sweeps.overlays import resolve_overlays
 
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    docs = all_docs_text()
     names = sorted(f for f in os.listdir(SWEEPS) if f.endswith(".yaml"))
     assert len(names) >= 4
     for name in names:
@@ -351,7 +353,7 @@ def test_shipped_sweeps_parse_and_their_measured_points_resolve():
         plan = build_plan(path, [], False, None, None, [])
         assert plan.plot is not None and plan.measured
         assert resolve_overlays(plan.measured, path)
-        assert f"sim sweep scenarios/sweeps/{name}" in readme  # one README command per shipped sweep
+        assert f"sim sweep scenarios/sweeps/{name}" in docs  # one command in the docs per shipped sweep
 
 
 # --- review: collisions, writers, seeds, failures, stale calibrations -------------------------------------------

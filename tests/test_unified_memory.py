@@ -138,11 +138,10 @@ def test_a_channel_multiplier_scales_the_rate_in_the_ledger_and_its_compiled_for
 
 
 def test_the_routing_law_of_a_batched_step_repeats_the_fitted_routing_file():
-    import yaml
-
+    from sim.config.yaml_io import read_yaml
     from sim.llamacpp.routing import DRIFT_WEIGHT, MEASURED_EXPONENT, batch_inclusion
 
-    doc = yaml.safe_load(open("calibration/routing.yaml"))["parameters"]
+    doc = read_yaml("calibration/routing.yaml")["parameters"]
     assert MEASURED_EXPONENT == {"qwen3-30b-a3b": doc["exponent.Qwen3-30B-A3B"]["value"],
                                  "gpt-oss-20b": doc["exponent.gpt-oss-20b"]["value"]}
     assert DRIFT_WEIGHT == doc["drift_weight"]["value"]

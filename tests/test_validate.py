@@ -43,11 +43,11 @@ def test_validate_fails_when_a_mechanism_is_broken(tmp_path):
 
     for part in ("scenarios", "calibration"):
         shutil.copytree(f"{ROOT}/{part}", tmp_path / part)
-    import yaml
+    from sim.config.yaml_io import dump_yaml, parse_yaml
 
     cal = tmp_path / "calibration" / "strata_moe.yaml"
-    data = yaml.safe_load(cal.read_text())
+    data = parse_yaml(cal.read_text())
     data["parameters"]["machines.strata_box.engine.step.layer_s"] *= 10
-    cal.write_text(yaml.safe_dump(data))
+    cal.write_text(dump_yaml(data))
     r = CliRunner().invoke(main, ["validate", "--root", str(tmp_path), "--only", "concurrency"])
     assert r.exit_code == 1 and "OUTSIDE" in r.output

@@ -1,4 +1,4 @@
-"""vLLM's start-up phase lines in `sim logs` (sim.calibration.logs): each phase read with its seconds, counted per
+"""vLLM's start-up phase lines in `sim logs` (sim.formats.engine_logs): each phase read with its seconds, counted per
 phase, and no line (however odd) raising."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.calibration.logs import read_logs, summary_lines
+from sim.formats.engine_logs import read_logs, summary_lines
 
 LINES = {
     "loading_weights_s": "(EngineCore_DP0 pid=3021) INFO 09-23 18:12:20 [default_loader.py:267] Loading weights took "

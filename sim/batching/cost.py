@@ -21,10 +21,11 @@ its bytes over the memory rate and its FLOPs over the compute rate, and the iter
 - ``overhead_s``: scheduling, sampling, launches, per iteration (and ``prompt_token_s`` per prompt token, for an
   engine that gives its prompt rate rather than the specs it derives from).
 
-Where the linear layers' operators were profiled on the card for the model (:mod:`sim.batching.operators`, Vidur's
-tables), their measured time replaces the ``linear`` roofline. With tensor parallelism over ``N`` cards each holds
-``1 / N`` of the weights, heads and KV and works on its share in parallel, and every layer adds two all-reduces of
-the positions' activations (``2 (N - 1) / N`` of their bytes over the cards' link, plus a latency each).
+Where the linear layers' operators were profiled on the card for the model (Vidur's tables, read by
+:mod:`sim.formats.operator_profiles`), their measured time replaces the ``linear`` roofline. With tensor parallelism
+over ``N`` cards each holds ``1 / N`` of the weights, heads and KV and works on its share in parallel, and every
+layer adds two all-reduces of the positions' activations (``2 (N - 1) / N`` of their bytes over the cards' link,
+plus a latency each).
 
 Between two events a decode-only batch does not change: every term but the decode attention is a constant per
 iteration and that one grows linearly with the context (``growth`` tokens per iteration), so ``n`` iterations take
@@ -37,9 +38,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from sim.batching.operators import OperatorTable
 from sim.core.units import GB, KIB
+
+
+class LinearLayerTimes(Protocol):
+    """What the engine needs of a profiled operator table (:class:`sim.formats.operator_profiles.OperatorTable`,
+    handed to it by the set-up): a layer's linear operators in seconds for a batch of ``tokens`` tokens."""
+
+    def layer_s(self, tokens: float) -> float: ...
+
 
 ACTIVATION_BYTES = 2  # bytes per activation value an all-reduce moves (FP16/BF16)
 
@@ -57,7 +66,7 @@ class StepCost:
     prompt_token_s: float = 0.0  # per prompt-chunk token, when an engine gives its prompt rate instead of specs (s)
     experts_s: Callable[[float], float] | None = field(default=None, compare=False)  # MoE: seconds for n positions
     state_s: float = 0.0  # a decoding sequence's linear-attention state read and written once per iteration (s)
-    linear_table: OperatorTable | None = field(default=None, compare=False)  # profiled linear operators, per layer
+    linear_table: LinearLayerTimes | None = field(default=None, compare=False)  # profiled linear operators, per layer
     table_layers: int = 0  # layers the profiled block is repeated over
     allreduce_fixed_s: float = 0.0  # tensor parallel: the all-reduces' latencies per iteration (s)
     allreduce_token_s: float = 0.0  # tensor parallel: the all-reduces' transfer per position (s)
@@ -68,7 +77,7 @@ class StepCost:
               hbm_gbps: float, tflops: float, memory_efficiency: float, compute_efficiency: float,
               overhead_s: float, positions_per_step: int = 1,
               experts_s: Callable[[float], float] | None = None, state_kib_per_sequence: float = 0.0,
-              linear_table: OperatorTable | None = None, tensor_parallel: int = 1, allreduce_gbps: float = 0.0,
+              linear_table: LinearLayerTimes | None = None, tensor_parallel: int = 1, allreduce_gbps: float = 0.0,
               allreduce_latency_s: float = 0.0, kv_read_efficiency: float | None = None,
               attention_call_s: float = 0.0) -> StepCost:
         """From the model's geometry (dense bytes, KiB of KV per token, 1e9 dense parameters, layers, width), the

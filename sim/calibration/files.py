@@ -13,9 +13,8 @@ from sim.calibration.result import CalibrationResult, outside
 
 
 def calibration_yaml(res: CalibrationResult, command: str) -> str:
-    import yaml
-
-    from sim.core.tables import read_measured as _read
+    from sim.config.yaml_io import dump_yaml
+    from sim.formats.measured_tables import read_measured as _read
 
     header = ["# Written by `sim calibrate`; do not edit by hand. Reproduce from the project root with:",
               f"#   {command}"]
@@ -38,7 +37,7 @@ def calibration_yaml(res: CalibrationResult, command: str) -> str:
             "log_sd": res.log_sd,
             "log_cov": res.log_cov, "warnings": res.warnings, "cost": res.cost, "evaluations": res.evaluations,
             "residuals": rows}
-    return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=120)
+    return "\n".join(header) + "\n" + dump_yaml(body)
 
 
 def _sd(log_sd: float) -> str:

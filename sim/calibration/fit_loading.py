@@ -28,9 +28,9 @@ from sim.config.paths import get_dotted, set_dotted
 from sim.config.scenario import Scenario
 from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
-from sim.core.inputs import BANDWIDTH_GBPS, SIZE_GB
-from sim.core.tables import number, read_measured
 from sim.core.units import GB, GIB, MIB
+from sim.formats.measured_tables import number, read_measured
+from sim.formats.quantities import BANDWIDTH_GBPS, SIZE_GB
 from sim.lab import loading
 from sim.lab.loaders import lone_load_s, stage_costs
 from sim.lab.resources import memory_targets

@@ -22,9 +22,9 @@ from sim.config.load import validate
 from sim.config.paths import set_dotted
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
-from sim.core.inputs import BANDWIDTH_GBPS, SECONDS, SIZE_GB, SIZE_KIB, Quantity
-from sim.core.tables import number, read_measured
 from sim.core.units import GB, KIB, MIB
+from sim.formats.measured_tables import number, read_measured
+from sim.formats.quantities import BANDWIDTH_GBPS, SECONDS, SIZE_GB, SIZE_KIB, Quantity
 from sim.lab import loading
 from sim.lab.loaders import PATHS, copy_bandwidth, lone_load_s, stage_costs
 from sim.lab.resources import memory_targets
@@ -32,7 +32,7 @@ from sim.lab.startup import fixed_s
 
 QUANTITIES = ("direct_read_gbps", "copy_gbps", "h2d_pinned_gbps", "h2d_pageable_gbps", "read_gbps_during_load",
               "start_s")
-# What each quantity's measured value is: its unit and the range it can take (sim.core.inputs).
+# What each quantity's measured value is: its unit and the range it can take (sim.formats.quantities).
 MEASURED: dict[str, Quantity] = {q: SECONDS if q.endswith("_s") else BANDWIDTH_GBPS for q in QUANTITIES}
 # Where each kind of parameter starts and the physical range it may take (the fit works in logs). Latency starts
 # high, where the requests (not the disk's bandwidth) limit the rate and the rate moves with it.
@@ -255,7 +255,7 @@ UNITS = {"read_gbps": "GB/s", "latency_s": "s", "hit_s_per_gb": "s/GB", "process
 def calibration_yaml(result: LoadsFit, scenario: str, table: str, out_file: str | None) -> str:
     import os
 
-    import yaml
+    from sim.config.yaml_io import dump_yaml
 
     here = os.path.dirname(os.path.abspath(out_file)) if out_file else os.getcwd()
     prov, _ = read_measured(table)
@@ -275,4 +275,4 @@ def calibration_yaml(result: LoadsFit, scenario: str, table: str, out_file: str 
         "checks": result.check_rows,
         "checks_median_abs_rel_error": round(result.check_median_abs_error, 6),
     }
-    return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=120)
+    return "\n".join(header) + "\n" + dump_yaml(body)

@@ -10,7 +10,6 @@ calibration/models/index.yaml names each model's config file.
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import re
@@ -21,7 +20,8 @@ from sim.calibration.llamacpp_case import Case, CaseTable
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
-from sim.core.inputs import SIZE_GB, TOKENS, TOKENS_PER_S, Quantity, read_text
+from sim.formats.public_tables import read_cells
+from sim.formats.quantities import SIZE_GB, TOKENS, TOKENS_PER_S, Quantity
 
 TABLES = ("offload_sweeps.csv", "backends_llamabench.csv", "depth_sweeps_cuda.csv", "moe_full_gpu_consumer.csv",
           "unified_memory_llamabench.csv", "unified_memory_concurrency.csv")
@@ -184,8 +184,6 @@ def _cannot_cost(case: Case) -> str:
 
 def read_cases(root: str, tables: tuple[str, ...] = TABLES) -> CaseTable:
     """Every expressible measured number of ``tables`` as a Case, and every other row with why."""
-    import pandas as pd
-
     from sim.config.yaml_io import read_yaml
 
     setups_path = os.path.join(root, SETUPS)
@@ -195,9 +193,7 @@ def read_cases(root: str, tables: tuple[str, ...] = TABLES) -> CaseTable:
     scenarios: dict[tuple, Scenario] = {}
     for table in tables:
         path = os.path.join(root, "calibration", "public", table)
-        df = pd.read_csv(io.StringIO(read_text(path, "", "a CSV table")), dtype=str, keep_default_na=False)
-        for row in df.to_dict("records"):
-            row = {k: (v if v != "" else None) for k, v in row.items()}
+        for row in read_cells(path):
             check_row(row, path)
             _row_cases(table, row, setups, index, setups_path, root, scenarios, out)
     return out

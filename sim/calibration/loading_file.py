@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 
-import yaml
-
 from sim.calibration.fit_loading import FitResult
-from sim.core.tables import read_measured
+from sim.config.yaml_io import dump_yaml
+from sim.formats.measured_tables import read_measured
 
 
 def calibration_yaml(result: FitResult, scenario: str, tables: list[str], out_file: str | None) -> str:
@@ -36,4 +35,4 @@ def calibration_yaml(result: FitResult, scenario: str, tables: list[str], out_fi
         "residuals": [{k: (v + 0.0 if isinstance(v, float) else v) for k, v in r.items() if k != "source"}
                       for r in result.residuals],  # + 0.0: no negative zeros
     }
-    return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=120)
+    return "\n".join(header) + "\n" + dump_yaml(body)

@@ -1,4 +1,4 @@
-"""The requests ``sim calibrate`` replays: completed requests of engine logs (:mod:`sim.calibration.logs`) or of
+"""The requests ``sim calibrate`` replays: completed requests of engine logs (:mod:`sim.formats.engine_logs`) or of
 request tables (CSV columns named like the log rows: ``prompt_tokens``, ``cached_tokens``, ``output_tokens``,
 ``acceptance`` and any of the measured ``prefill_tok_s``, ``decode_tok_s``, ``ttft_s``, ``expert_hit_rate``,
 ``pcie_share``), each replayed through the scenario's engine one after another with its own prompt, cache hit,
@@ -16,8 +16,8 @@ from sim.calibration.targets import Experiment, Target, TargetBuilder
 from sim.config.calibrate import Calibrate
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
-from sim.core.inputs import SECONDS, SHARE, TOKENS, TOKENS_PER_S, Quantity
-from sim.core.tables import read_measured
+from sim.formats.measured_tables import read_measured
+from sim.formats.quantities import SECONDS, SHARE, TOKENS, TOKENS_PER_S, Quantity
 
 RATES = ("prefill_tok_s", "decode_tok_s", "ttft_s")
 SHARES = ("expert_hit_rate", "pcie_share")
@@ -75,7 +75,7 @@ def request_rows(path: str) -> list[dict[str, str]]:
 
 def observations(logs: list[str], tables: list[str]) -> list[Observation]:
     """The completed requests of engine logs and request tables, with what each measured."""
-    from sim.calibration.logs import log_sources, read_logs
+    from sim.formats.engine_logs import log_sources, read_logs
 
     rows: list[tuple[str, dict]] = []
     if logs:

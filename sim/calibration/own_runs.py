@@ -1,4 +1,4 @@
-"""A user's own llama-bench runs: read them (any output format, :mod:`sim.llamacpp.bench_output`), set each one's
+"""A user's own llama-bench runs, as :mod:`sim.formats.llama_bench` read them (any output format): set each one's
 flags on the scenario's llama.cpp engine, and fit the few cost parameters they say something about.
 
 The fit is the public one (:mod:`sim.calibration.offload_fit`) moved by the user's runs: it minimises the squared
@@ -17,37 +17,14 @@ from pydantic import ValidationError
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError, SimulationError
+from sim.formats.llama_bench import BenchRuns
 from sim.llamacpp.bench import bench_setup
-from sim.llamacpp.bench_output import BenchRuns, read_bench_output
 from sim.llamacpp.params import CostParams
 
-MAX_BYTES = 50_000_000
 MAX_RUNS = 64  # distinct tests fitted at most (each is simulated once per residual evaluation of the fit)
 BOUND_SHARE = 0.01  # a fitted value within 1% of a bound of its parameter is reported as at the bound
 MAX_EVALUATIONS = 60  # evaluations of the fit's residuals (each simulates every run once)
 PRIOR_LOG_SD = 0.5  # how far (in log) a parameter may move from the public fit before the prior holds it back
-
-
-def read_bench_text(path: str) -> str:
-    """The text of a benchmark output file, read through :mod:`sim.core.inputs` (a regular file of at most
-    :data:`MAX_BYTES` bytes, no binary data at its start); undecodable bytes further on are replaced, as a terminal
-    shows them. A one-line ScenarioError when it cannot be read."""
-    from sim.calibration.logs_io import check_text_file
-    from sim.core.inputs import read_bytes
-
-    check_text_file(path)
-    data, _ = read_bytes(path, "", "a llama-bench output", max_bytes=MAX_BYTES)
-    return data.decode("utf-8", errors="replace")
-
-
-def read_bench_file(path: str) -> BenchRuns:
-    """The llama-bench (or sweep-bench) output in ``path``; a one-line ScenarioError when it cannot be read."""
-    return read_bench_output(read_bench_text(path), path)
-
-
-def is_bench_output(runs: BenchRuns) -> bool:
-    """Whether a text is a llama-bench output (its records outnumber its other lines) rather than an engine log."""
-    return bool(runs.records) and len(runs.records) >= len(runs.skipped) / 4
 
 
 @dataclass(frozen=True)

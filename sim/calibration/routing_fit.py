@@ -18,7 +18,7 @@ prompt is which is not known). Fitted: an exponent per model and the shared ``lo
 overlaps, 3 for values the source gives as ``~``), from several starts (deterministic), standard errors from the
 Jacobian where the rows over-determine them. Every row is also simulated from sampled routes
 (:class:`sim.moe.routing.RequestRouter`, the seed given) and measured as the source measured its traces
-(:class:`sim.moe.route_trace.RouteTrace`): the ``sampled`` column checks the companions. Ranges (``a-b``) are met
+(:class:`sim.formats.route_trace.RouteTrace`): the ``sampled`` column checks the companions. Ranges (``a-b``) are met
 when the simulated range across layers lies inside them (error: the distance from the range). ``sim fit-routing
 --trace`` fits a route trace's statistics instead.
 """
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.core.errors import ScenarioError
-from sim.core.tables import read_measured
+from sim.formats.measured_tables import read_measured
 from sim.moe.expert_cache import lru_cold_hit_rates
 from sim.moe.routing import (
     RoutingLaw,
@@ -151,8 +151,8 @@ def geometry_problem(layers: int, experts: int, tokens: int = 0) -> str | None:
 
 def read_table(path: str) -> list[Observation]:
     """The observations of a routing table (the columns of ``expert_cache.csv``; ``#`` lines are comments), read as
-    every measured table is (:func:`sim.core.tables.read_measured`: a short row's last cells blank). A row this
-    module does not understand, or a bad cell, is a ScenarioError naming the row and column."""
+    every measured table is (:func:`sim.formats.measured_tables.read_measured`: a short row's last cells blank). A row
+    this module does not understand, or a bad cell, is a ScenarioError naming the row and column."""
     _, rows = read_measured(path, max_bytes=MAX_TABLE_BYTES, max_lines=MAX_TABLE_ROWS)
     need = ("row_id", "source_id", "model", "n_moe_layers", "n_experts", "top_k", "metric_name", "metric_value",
             "hit_rate_pct", "cache_slots_per_layer", "workload")
@@ -463,10 +463,10 @@ def fit(obs: list[Observation], seed: int = 0, held: dict[str, float] | None = N
 
 
 def sample_statistics(obs: list[Observation], p: Params, wls: dict[str, Workload], seed: int) -> dict[str, object]:
-    """Every row measured on sampled routes as the source measured its traces: each model's prompts routed by the
-    lookup sampler (:func:`sim.moe.route_trace.sampled_trace`: the prompt's skew decile, its own hot sets), per-layer
-    LRU of token sets started cold per prompt, overlaps, distinct experts, shares, entropy and reuse distances."""
-    from sim.moe.route_trace import sampled_trace
+    """Every row measured on sampled routes as the source measured its traces (:mod:`sim.calibration.route_sampler`:
+    a prompt's skew decile, its own hot sets): LRU of token sets cold per prompt, overlaps, shares, entropy, reuse."""
+    from sim.calibration.route_sampler import sampled_trace
+    from sim.moe.trace_replay import lru_hit_rates
 
     out: dict[str, object] = {}
     rng = np.random.default_rng(seed)
@@ -475,7 +475,7 @@ def sample_statistics(obs: list[Observation], p: Params, wls: dict[str, Workload
         law = p.law(model, mine[0].layers, mine[0].experts, mine[0].top_k)
         trace = sampled_trace(law, wl.tokens, np.exp(law.exponent_spread * wl.z), rng)
         caps = sorted({o.capacity for o in mine if o.quantity == "lru_hit_rate"})
-        lru = dict(zip(caps, trace.lru_hit_rates(caps), strict=True)) if caps else {}
+        lru = dict(zip(caps, lru_hit_rates(trace, caps), strict=True)) if caps else {}
         o1, who = trace.overlap(1)
         per_prompt = np.sort([o1[who == j].mean() for j in range(wl.tokens.size)])
         stats = trace.per_request_layer()

@@ -31,7 +31,7 @@ from sim.config.load import load_scenario
 from sim.config.scenario import Scenario
 from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError, combined, each_error
-from sim.core.tables import read_measured
+from sim.formats.measured_tables import read_measured
 from sim.serving.served import ServedRequests
 
 BASE = "base"

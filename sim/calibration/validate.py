@@ -14,8 +14,8 @@ import numpy as np
 
 from sim.core.errors import ScenarioError
 from sim.core.progress import progress
-from sim.core.tables import number, read_measured, require_columns
 from sim.core.units import GB, GIB
+from sim.formats.measured_tables import number, read_measured, require_columns
 
 SEED = 11
 

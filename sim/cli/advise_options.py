@@ -18,7 +18,7 @@ MAX_SEARCH_SETUPS = 64  # --ubatch x --kv x --parallel x --quant values: each is
 
 def shown(text: str, width: int = 60) -> str:
     """An option's value as an error shows it: control characters escaped, cut to ``width`` characters."""
-    from sim.core.inputs import shown_path
+    from sim.formats.inputs import shown_path
 
     text = shown_path(text)
     return text if len(text) <= width else text[:width - 3] + "..."

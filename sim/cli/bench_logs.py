@@ -14,8 +14,8 @@ import click
 from sim.core.text import table
 
 if TYPE_CHECKING:
-    from sim.llamacpp.batched_output import BatchedRuns
-    from sim.llamacpp.bench_output import BadLine, BenchRuns
+    from sim.formats.batched_bench import BatchedRuns
+    from sim.formats.llama_bench import BadLine, BenchRuns
 
 FIELDS = ("file", "line", "format", "test", "n_prompt", "n_gen", "n_depth", "avg_ts", "stddev_ts", "n_gpu_layers",
           "n_cpu_moe", "n_ubatch", "n_batch", "n_threads", "type_k", "type_v", "flash_attn", "use_mmap",
@@ -45,12 +45,12 @@ class BenchFile:
 
 def bench_outputs(files) -> dict[str, BenchFile]:
     """The files (of ``files``) that are benchmark outputs (records and unreadable rows, of both readers, at least a
-    quarter of the lines neither took, as :func:`sim.calibration.own_runs.is_bench_output` asks of records: a file
+    quarter of the lines neither took, as :func:`sim.formats.bench_files.is_bench_output` asks of records: a file
     whose rows are all unreadable, 1e300 t/s each, is still shown as one, its rows with their reasons), with what was
     read of each; {} when none is."""
-    from sim.calibration.own_runs import read_bench_text
-    from sim.llamacpp.batched_output import read_batched_output
-    from sim.llamacpp.bench_output import read_bench_output
+    from sim.formats.batched_bench import read_batched_output
+    from sim.formats.bench_files import read_bench_text
+    from sim.formats.llama_bench import read_bench_output
 
     out = {}
     for path in files:

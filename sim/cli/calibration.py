@@ -15,7 +15,7 @@ from sim.core.errors import ScenarioError
 from sim.core.text import plural
 
 
-@main.command()
+@main.command(short_help="The JSON Schema of scenario files, for editors.")
 def schema() -> None:
     """Print the JSON Schema of scenario files (for editor validation and completion)."""
     from sim.config.load import json_schema
@@ -36,7 +36,7 @@ def _fit_outputs(default_name: str):
     return wrap
 
 
-@main.command("fit-loading")
+@main.command("fit-loading", short_help="Fit disks, loaders and PCIe efficiency to load rates.")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--table", "tables", multiple=True, required=True, type=click.Path(dir_okay=False),
               help="Measured CSV with machine, cold_gbps, hot_gbps, link_gbps, file_gb columns (repeatable).")
@@ -66,7 +66,7 @@ def fit_loading(scenario: str, tables: tuple[str, ...], out: str | None, as_json
         click.echo(text, nl=False)
 
 
-@main.command("fit-loads")
+@main.command("fit-loads", short_help="Fit the loaders' parameters to measured load times.")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--table", "table", required=True, type=click.Path(dir_okay=False),
               help="Measured load times and rates, a row each (calibration/public_loads.csv).")
@@ -91,7 +91,7 @@ def fit_loads(scenario: str, table: str, out: str | None, as_json: bool) -> None
         click.echo(text, nl=False)
 
 
-@main.command("logs")
+@main.command("logs", short_help="Engine logs and llama-bench outputs, a row per request or test.")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--csv", "as_csv", is_flag=True, help="Print one CSV row per request or statistics line.")
 @click.option("--json", "as_json", is_flag=True, help="Print rows, start-up facts and counts as JSON.")
@@ -101,8 +101,8 @@ def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
     llama-sweep-bench output (md, csv, json, jsonl) is read as its tests: `sim fit-offload --bench` fits to them. A
     llama-batched-bench output (its main: line and table, or jsonl) is read as its rows, each checked against
     its own arithmetic."""
-    from sim.calibration.logs import ROW_FIELDS, log_sources, read_logs, summary_lines
-    from sim.calibration.logs_io import CsvRows, JsonRows
+    from sim.formats.engine_logs import ROW_FIELDS, log_sources, read_logs, summary_lines
+    from sim.formats.engine_logs_io import CsvRows, JsonRows
 
     def write(text: str) -> None:
         click.echo(text, nl=False)
@@ -133,7 +133,7 @@ def logs(files: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
         click.echo("\n".join(summary_lines(read_logs(sources, sink=lambda row: None))))
 
 
-@main.command("calibrate")
+@main.command("calibrate", short_help="Fit a scenario's declared parameters to tables and logs.")
 @click.argument("scenario", required=False, metavar="SCENARIO", type=click.Path(dir_okay=False))
 @click.option("--scenario", "scenario_option", default=None, hidden=True)  # before SCENARIO; still read
 @click.option("--log", "logs", multiple=True, type=click.Path(dir_okay=False), help="Engine log (repeatable).")
@@ -207,7 +207,7 @@ def calibrate(scenario: str | None, scenario_option: str | None, logs: tuple[str
              "same command fits again", 130)
 
 
-@main.command("validate")
+@main.command("validate", short_help="Measured tables against their scenarios; --public: held out.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False))
 @click.option("--table", "tables", multiple=True, type=click.Path(dir_okay=False),
               help="With SCENARIO: a measured table it maps under calibrate.tables (repeatable; default: those of its "
@@ -281,13 +281,12 @@ def _public(root: str, domains: list[str], out: str | None, workers: int, as_jso
         text += "\n## Domains not built\n\n" + "".join(f"- {m}\n" for m in missing)
     for name, rs, _ in results:  # the llama.cpp domain's held-out bands: what sim advise prints its rates with
         if name == "llama.cpp":
-            import yaml
-
+            from sim.config.yaml_io import dump_yaml
             from sim.fidelity.llamacpp import BANDS, bands
 
             atomic_write_text(os.path.join(root, BANDS), f"# Written by {command}: 90% bands of measured / "
                               "simulated over held-out rows (sim.llamacpp.params.BAND and BAND_WITHIN repeat "
-                              "them)\n" + yaml.safe_dump(bands(rs), sort_keys=False))
+                              "them)\n" + dump_yaml(bands(rs), width=80))
     atomic_write_text(out, text)  # last: the report is newer than every file the run writes
     if as_json:
         rows = [{"domain": name, "table": r.observation.table, "row_id": r.observation.row_id,

@@ -11,7 +11,7 @@ from sim.cli.app import main, quiet_option, user_errors, warn_implausible
 AXES = {"rate": "rate_per_s", "clients": "clients"}
 
 
-@main.command()
+@main.command(short_help="The most users or requests per second that meet latency goals.")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--goal", "goal_texts", multiple=True, required=True, metavar="GOAL",
               help="A bound every answer meets, e.g. 'ttft_p99<1s', 'tpot_p99<50ms', 'e2e_p50<=20s' (repeatable): "

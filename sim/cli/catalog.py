@@ -11,8 +11,8 @@ from sim.catalog import KINDS, closest, entries, host_dram_gbps
 from sim.catalog.store import FILE_KEYS, similarity
 from sim.cli.app import fail, main
 from sim.core.errors import cut
-from sim.core.inputs import shown_path
 from sim.core.text import WIDTH, table, wrap
+from sim.formats.inputs import shown_path
 
 MAX_NAME_CHARS = 80  # of a name an error quotes (cut in the middle beyond)
 
@@ -190,7 +190,7 @@ def lookup(name: str, kinds: tuple[str, ...]) -> tuple[str, str]:
     raise AssertionError("unreachable")  # fail exits
 
 
-@main.command("catalog")
+@main.command("catalog", short_help="The GPUs, hosts and links sim knows, with their sources.")
 @click.argument("name", required=False)
 @click.option("--kind", type=click.Choice(KINDS), default=None, help="Only this kind of entry (default: all three).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout, nothing else.")

@@ -22,7 +22,7 @@ from sim.cli.advise_options import (
 )
 from sim.cli.app import fail, main, user_errors
 from sim.core.errors import ScenarioError
-from sim.core.inputs import TOKENS_PER_S
+from sim.formats.quantities import TOKENS_PER_S
 
 MAX_EVALUATIONS = 1000  # sim fit-offload's least-squares iterations (each a Jacobian over every parameter), at most
 
@@ -81,7 +81,7 @@ def _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, r
 
 def _anchor(text: str | None, base) -> dict:
     """``--anchor 'n_cpu_moe=30,ubatch_size=512:tg=25.3,pp=150'``: the placement a user measured and its rates
-    (measurements: each a token rate in :data:`sim.core.inputs.TOKENS_PER_S`'s range)."""
+    (measurements: each a token rate in :data:`sim.formats.quantities.TOKENS_PER_S`'s range)."""
     if text is None:
         return {}
     from sim.config.llamacpp import LlamaCpp
@@ -116,7 +116,7 @@ def _anchor(text: str | None, base) -> dict:
     return out
 
 
-@main.command()
+@main.command(short_help="Best llama.cpp placements of a model on a machine, to paste.")
 @click.argument("scenario", required=False, type=click.Path(exists=True, dir_okay=False))
 @machine_options
 @click.option("--prompt", "n_prompt", type=int, default=512, show_default=True, help="Prompt tokens (pp test).")
@@ -180,7 +180,7 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
     click.echo("\n".join(advice_text(adv, what, top)))
 
 
-@main.command("fit-offload")
+@main.command("fit-offload", short_help="Fit llama.cpp's shared cost parameters to llama-bench tables.")
 @click.option("--root", default=".", show_default=True, type=click.Path(file_okay=False),
               help="The project folder holding calibration/public/ and llamacpp_setups.yaml.")
 @click.option("--out", "-o", "out", default=None,
@@ -208,11 +208,10 @@ def fit_offload(root, out, bench_files, scenario, max_evaluations):
                                 "missing: --bench FILE and --scenario SCENARIO go together")
         return _fit_own(scenario, bench_files, out, max_evaluations)
     out = out or "calibration/llamacpp.yaml"
-    import yaml
-
     from sim.calibration.llamacpp_cases import read_cases
     from sim.calibration.llamacpp_fit import fit, predict
     from sim.calibration.llamacpp_report import report_markdown, result_yaml
+    from sim.config.yaml_io import dump_yaml
     from sim.core.output import atomic_write_text
 
     table = read_cases(root)
@@ -224,7 +223,7 @@ def fit_offload(root, out, bench_files, scenario, max_evaluations):
     doc = result_yaml(result, table, predictions, command)
     header = [f"# The llama.cpp engine's cost parameters, written by: {command}",
               "# sim.llamacpp.params.DEFAULTS repeats these values (a test keeps them equal)."]
-    atomic_write_text(out, "\n".join(header) + "\n" + yaml.safe_dump(doc, sort_keys=False, width=120))
+    atomic_write_text(out, "\n".join(header) + "\n" + dump_yaml(doc))
     report = os.path.join(os.path.dirname(out) or ".", "llamacpp_report.md")
     atomic_write_text(report, report_markdown(result, table, predictions))
     for key, v in doc["summary"].items():
@@ -275,7 +274,7 @@ def fit_auto(scn, machine: str, margin_gib: float = 1.0):
     return base
 
 
-@main.command("llama")
+@main.command("llama", short_help="A pasted llama.cpp command line, run on catalog hardware.")
 @click.argument("command_line")
 @machine_options
 @click.option("--write", "write_to", default=None, type=click.Path(dir_okay=False),
@@ -289,8 +288,7 @@ def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, 
     -m when it is a GGUF file here, else --model (a config.json with --quant). A llama-bench line runs its tests
     (every value of a swept flag, as llama-bench does); a llama-batched-bench line prints its table, a row per -npp x
     -ntg x -npl test that fits in -c; a server or cli line runs llama-bench's defaults, pp512 and tg128."""
-    import yaml
-
+    from sim.config.yaml_io import dump_yaml
     from sim.llamacpp.cmdline import parse_command
     from sim.llamacpp.machine import build_scenario, scenario_dict
 
@@ -328,7 +326,7 @@ def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, 
     if write_to:
         from sim.core.output import atomic_write_text
 
-        atomic_write_text(write_to, yaml.safe_dump(raw, sort_keys=False, width=120))
+        atomic_write_text(write_to, dump_yaml(raw))
         click.echo(f"wrote {write_to} (sim run {write_to})" + (
             "; a scenario holds the machine and engine, not llama-batched-bench's -npp / -ntg / -npl tests: run the "
             "line with sim llama" if batched else ""))
@@ -413,20 +411,18 @@ def _check_tests(scn, swept: dict[str, list]) -> None:
 
 def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None, max_evaluations: int = 60) -> None:
     """``sim fit-offload --bench FILE --scenario S``: a calibration file for S's llama.cpp engine."""
-    import yaml
-
     from sim.calibration.own_runs import (
         at_bounds,
         check_run_count,
         fit_own,
-        is_bench_output,
         loadable,
         merge_repeats,
         own_runs,
-        read_bench_file,
         simulate,
     )
+    from sim.config.yaml_io import dump_yaml
     from sim.core.output import atomic_write_text
+    from sim.formats.bench_files import is_bench_output, read_bench_file
     from sim.llamacpp.params import unit
 
     scn, machine = _machine_scenario(scenario, None, None, None, None, 1, None, None, "linux", None, 16, 0.0)
@@ -480,6 +476,6 @@ def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None, max_e
     header = [f"# Written by: sim fit-offload --scenario {scenario} " + " ".join(f"--bench {p}" for p in bench_files),
               f"# Your runs ({len(runs)} tests) moved these from the public fit; list this file under the scenario's",
               "# calibrations: to use them (values the scenario sets itself win)."]
-    atomic_write_text(out, "\n".join(header) + "\n" + yaml.safe_dump(doc, sort_keys=False, width=120))
+    atomic_write_text(out, "\n".join(header) + "\n" + dump_yaml(doc))
     was = before.lookup()
     click.echo(f"wrote {out}: " + ", ".join(f"{n} {was[n]:.4g} -> {got[n]:.4g}" for n in names))

@@ -77,7 +77,7 @@ def _types(g) -> str:
     return ", ".join(f"{k} {v / total:.0%}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])[:4])
 
 
-@main.command("model")
+@main.command("model", short_help="A model's geometry from a config.json or a GGUF header.")
 @click.argument("file", type=click.Path(dir_okay=True))
 @click.option("--quant", default=None, metavar="Q",
               help="Quantization of a config.json's weights: a llama.cpp file type (Q4_K_M, Q8_0, IQ4_XS, MXFP4_MOE, "
@@ -97,11 +97,10 @@ def model(file: str, quant: str | None, kv_type: str, weights_gib: float | None,
           as_json: bool) -> None:
     """Read a model's geometry from FILE (a Hugging Face config.json, or a .gguf file's header) and print it with the
     scenario models: entry it gives."""
-    import yaml
-
+    from sim.config.yaml_io import dump_yaml
     from sim.core.errors import ScenarioError
-    from sim.core.inputs import SIZE_BYTES
     from sim.core.output import dumps
+    from sim.formats.quantities import SIZE_BYTES
     from sim.modelfiles import model_fields, read_model_file
 
     if weights_gib is not None and (not weights_gib > 0 or SIZE_BYTES.problem(weights_gib * 2**30)):
@@ -118,4 +117,4 @@ def model(file: str, quant: str | None, kv_type: str, weights_gib: float | None,
         click.echo(dumps({"geometry": geometry, **entry}), nl=False)
         return
     click.echo(geometry_text(g), nl=False)
-    click.echo("\nscenario entry:\n" + yaml.safe_dump(entry, sort_keys=False, width=120), nl=False)
+    click.echo("\nscenario entry:\n" + dump_yaml(entry), nl=False)

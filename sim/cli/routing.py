@@ -10,7 +10,7 @@ import click
 from sim.cli.app import main, user_errors
 
 
-@main.command("fit-routing")
+@main.command("fit-routing", short_help="Fit the routing law to routing statistics or a route trace.")
 @click.option("--table", type=click.Path(dir_okay=False), default=None,
               help="Routing statistics (the columns of expert_cache.csv, e.g. calibration/routing_public.csv).")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
@@ -102,9 +102,8 @@ def summary(result) -> dict[str, float]:
 def calibration_yaml(result, command: str, table: str, notes: list[str] = ()) -> str:
     """The fitted routing parameters with units, bounds, standard errors (or why held), a ready ``routing``
     section per model and every row's residual; ``notes`` (what was left out of the input) in its header."""
-    import yaml
-
     from sim.calibration.routing_fit import EXPONENT, SHARED
+    from sim.config.yaml_io import dump_yaml
 
     p = result.params
     models = sorted(p.exponents)
@@ -145,7 +144,7 @@ def calibration_yaml(result, command: str, table: str, notes: list[str] = ()) ->
               "# Each residual: simulated (the analytic companions the counts fidelity uses) minus measured; `sampled`",
               "# is the same row measured on routes the lookup sampler drew; ranges: distance outside the range.",
               *[f"# note: {note}" for note in notes]]
-    return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=120)
+    return "\n".join(header) + "\n" + dump_yaml(body)
 
 
 def _fmt(value: object, unit: str) -> str:
@@ -219,7 +218,7 @@ def trace_observations(path: str, model: str, experts: int | None) -> tuple[list
     A trace with no layer left, or nothing to fit, is a one-line error naming the file and ``--trace``."""
     from sim.calibration.routing_fit import geometry_problem
     from sim.core.errors import ScenarioError
-    from sim.moe.route_trace import read_route_trace
+    from sim.formats.route_trace import read_route_trace
 
     full = read_route_trace(path, "--trace")
     trace, dropped = full.without_sparse_layers(MIN_LAYER_TOKENS)
@@ -256,13 +255,14 @@ def trace_rows(trace, model: str, experts: int | None = None, capacities: tuple[
     import numpy as np
 
     from sim.calibration.routing_fit import Observation
+    from sim.moe.trace_replay import lru_hit_rates
 
     n = experts or trace.expert_count
     geo = dict(model=model, layers=trace.layers, experts=n, top_k=trace.top_k)
     caps = [c for c in capacities if c <= n]
     out = [Observation(f"lru-{c}", quantity="lru_hit_rate", capacity=c, measured=float(h),
                        role="fit" if i % 2 == 0 else "check", **geo)
-           for i, (c, h) in enumerate(zip(caps, trace.lru_hit_rates(caps), strict=True))]
+           for i, (c, h) in enumerate(zip(caps, lru_hit_rates(trace, caps), strict=True))]
     o1, who = trace.overlap(1)
     for i, r in enumerate(np.unique(who).tolist()):
         tokens = max(int(np.count_nonzero(trace.request == r) // max(trace.layers, 1)), 1)  # a request in few layers

@@ -65,7 +65,7 @@ def settings_lines(cmd, built) -> list[str]:
 
 def scenario_yaml(built, argv: str) -> str:
     """The scenario as YAML, a comment header saying where each value came from."""
-    import yaml
+    from sim.config.yaml_io import dump_yaml
 
     r = built.resolved
     header = [f"# Written by: {argv}"[:2000],
@@ -83,11 +83,10 @@ def scenario_yaml(built, argv: str) -> str:
 
     lines = [part if i == 0 else "#" + part for line in header
              for i, part in enumerate(wrap(line.replace("\n", " "), width=120, hang=4))]
-    return "\n".join(lines) + "\n" + yaml.safe_dump(
-        built.raw, sort_keys=False, width=120)
+    return "\n".join(lines) + "\n" + dump_yaml(built.raw)
 
 
-@main.command("vllm")
+@main.command("vllm", short_help="A pasted vLLM or SGLang line, run with its release's defaults.")
 @click.argument("command_line")
 @click.option("--gpu", default=None, help="Catalog GPU type (sim catalog --kind gpus), e.g. a100_80gb_sxm.")
 @click.option("--gpus", type=click.IntRange(min=1, max=64), default=None,

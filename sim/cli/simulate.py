@@ -18,7 +18,7 @@ from sim.cli.app import (
 )
 
 
-@main.command()
+@main.command(short_help="One scenario: loads, jobs, the served workload, its metrics.")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @common_options
 @click.option("--uncertainty", type=click.IntRange(min=2, max=10_000), default=None, metavar="N",
@@ -65,7 +65,7 @@ def run(scenario: str, seed: int | None, out_dir: str | None, as_json: bool, ove
             click.echo(f"wrote {out_dir}/summary.json and tables")
 
 
-@main.command()
+@main.command(short_help="A change as a difference against the scenario, on paired seeds.")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--vs", "variants", multiple=True, metavar="VARIANT",
               help="A variant: a scenario file, or changes to SCENARIO 'PATH=VALUE[; PATH=VALUE]', optionally named "
@@ -133,7 +133,7 @@ def compare(scenario: str, variants: tuple[str, ...], overrides: tuple[str, ...]
             click.echo(f"wrote {out_dir}/comparison.json and comparison.csv")
 
 
-@main.command()
+@main.command(short_help="The job length where two machines break even, load counted.")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--model", required=True, metavar="NAME", help="The model, a key under models.")
 @click.option("--machine", "machines", multiple=True, metavar="NAME",

@@ -10,7 +10,7 @@ from sim.cli.app import fail, main, out_folder, out_path, user_errors, warn_impl
 from sim.core.text import plural
 
 
-@main.command()
+@main.command(short_help="A scenario at every point of its axes (resumable; Dask too).")
 @click.argument("target", type=click.Path(dir_okay=False))
 @click.option("--axis", "axes", multiple=True, metavar="PATH=VALUES",
               help="An axis: a dotted scenario path and its values, e.g. serve.workload.clients=1,2,4 or "
@@ -81,7 +81,7 @@ def sweep(target: str, axes: tuple[str, ...], zip_axes: bool, seeds: int | None,
                f"{out_dir}/results.parquet, {out_dir}/results.csv")
 
 
-@main.command()
+@main.command(short_help="A sweep's figure: medians, 90% bands, the measured points.")
 @click.argument("folder", type=click.Path(file_okay=False))
 @click.option("--x", "x", default=None, metavar="COLUMN",
               help="Column on the x axis: an axis of the sweep or a metric.")

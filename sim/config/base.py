@@ -44,6 +44,6 @@ MIN_KIB = 1e-6  # a size per token (KiB): about a thousandth of a byte
 MAX_KIB = 1e6  # a size per token (KiB): a GiB of KV per token
 MIN_TOK_S = 1e-6  # a rate (tok/s, requests/s): one in eleven days
 MAX_TOK_S = 1e9  # a rate (tok/s, requests/s)
-MAX_S = 1e7  # a time (s): about four months, as sim.core.inputs.SECONDS; no step, load or job arrival is later
+MAX_S = 1e7  # a time (s): about four months, as sim.formats.quantities.SECONDS; no step, load or job arrival is later
 MAX_JOB_TOKENS = 10**12  # tokens one job generates (the break-even's search stops there, sim.lab.breakeven)
 MAX_TENSORS = 10**9  # tensors of one model (a model of 2e12 parameters has about 1e5)

@@ -67,10 +67,10 @@ FOLDER_OK = frozenset({"models.*.file"})  # a Hugging Face model's folder, holdi
 
 def check_input_files(raw: dict, source: str) -> None:
     """Every input file a resolved scenario mapping names is a regular file that exists (or, for a model, a
-    folder), its name without a NUL byte: :func:`sim.core.inputs.check_file`, which never opens it (a FIFO cannot
+    folder), its name without a NUL byte: :func:`sim.formats.inputs.check_file`, which never opens it (a FIFO cannot
     block). A problem is one line at ``source: key.path`` naming the file (every one of them, when several)."""
     from sim.core.errors import ScenarioError, combined
-    from sim.core.inputs import check_file
+    from sim.formats.inputs import check_file
 
     errors = []
     for pattern in input_file_fields():

@@ -11,7 +11,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from sim.config.base import MAX_GIB, MIN_FRACTION, Strict
 from sim.core.errors import ScenarioError
-from sim.core.inputs import shown_path
+from sim.formats.inputs import shown_path
 
 MAX_CTX = 10_000_000  # -c, KV cells (tokens): contexts are at most about 1e7 tokens
 MAX_UBATCH = 1_000_000  # -b and -ub (tokens)

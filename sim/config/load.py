@@ -23,7 +23,7 @@ from sim.config.paths import get_dotted, parse_set, set_dotted
 from sim.config.scenario import Scenario
 from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError, combined, each_error
-from sim.core.inputs import check_file
+from sim.formats.inputs import check_file
 
 
 class _CalibrateOnly(Strict):

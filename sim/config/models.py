@@ -22,7 +22,7 @@ class Routing(Strict):
         "in a layer repeat the previous token's beyond what popularity alone gives (consecutive overlap "
         "|E(t) & E(t+1)| / top_k = sum(pi - (1 - pi) (1 - (1 - pi)^(1 - locality))) / top_k).")
     trace: str | None = input_file(
-        "A route trace (relative to the scenario file; sim.moe.route_trace: CSV request,token,layer,experts or "
+        "A route trace (relative to the scenario file; sim.formats.route_trace: CSV request,token,layer,experts or "
         "JSONL): the served popularity per layer becomes its smoothed frequencies and locality its consecutive "
         "overlap's reuse (exponent, exponent_depth_slope and locality are then not used).")
     drift_weight: float = Field(0.0, ge=0, le=1, description="Share of a request's lookups on its own hot set.")

@@ -15,8 +15,8 @@ from sim.config.machines import Machine
 from sim.config.models import ModelSpec
 from sim.config.scenario import Scenario, engine_kind
 from sim.core.errors import ScenarioError
-from sim.core.inputs import check_file
 from sim.core.units import GB, GIB, MIB
+from sim.formats.inputs import check_file
 
 MARGIN = 1.02  # figures are quoted to 3-4 digits: a bound is broken only by more than this
 BITS_PER_PARAMETER = (1.0, 32.0)  # below 1-bit quantisation or above fp32: weights_gib and params_b disagree

@@ -1,10 +1,12 @@
-"""Reading YAML as editors and JSON Schema validators read it: YAML 1.2 (``30e-6`` is a number, ``yes`` and ``on``
-are text, ``017`` is seventeen) through ruamel.yaml's safe loader, on its C parser where ``ruamel.yaml.clib`` is
+"""YAML in and out through one library, ruamel.yaml.
+
+Reading YAML as editors and JSON Schema validators read it: YAML 1.2 (``30e-6`` is a number, ``yes`` and ``on`` are
+text, ``017`` is seventeen) through ruamel.yaml's safe loader, on its C parser where ``ruamel.yaml.clib`` is
 installed; a key repeated in one map rejected; plain Python data out (dict, list, str, int, float, bool, None, dates);
 parsed files kept.
 
 Input is bounded before it is built: a file of at most ``MAX_YAML_BYTES`` bytes (a regular file: not a device or a
-pipe; read by :func:`sim.core.inputs.read_text`), at most ``MAX_DEPTH`` levels of nesting and at most ``MAX_VALUES``
+pipe; read by :func:`sim.formats.inputs.read_text`), at most ``MAX_DEPTH`` levels of nesting and at most ``MAX_VALUES``
 values once aliases are expanded (a "billion laughs" file of a few hundred bytes would otherwise stand for billions
 of values).
 
@@ -12,6 +14,10 @@ Values are built or refused, never half-built: a number is at most ``MAX_NUMBER`
 an integer of 5,000 digits is refused before Python is asked to convert it), a tagged value must be what its tag
 says (``!!float abc`` is refused), and a tag that gives no plain data (``!!binary``, ``!!set``, ``!!omap``,
 ``!!pairs``, ``!!python/...``, a local ``!tag``) is refused; each with the line and column of the value.
+
+Writing (:func:`dump_yaml`: calibration files, scenarios written by ``sim llama --write`` and ``sim vllm --write``,
+model entries) gives block style in the order of the data, lines wrapped at 120 characters by ruamel's C emitter
+(libyaml's), and numbers every YAML reader takes as numbers, 1.1 or 1.2 (``1.0e-05``, not ``1e-05``).
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ from ruamel.yaml.constructor import BaseConstructor, ConstructorError, SafeConst
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, DocumentStartEvent, ScalarEvent
 from ruamel.yaml.nodes import MappingNode, ScalarNode
+from ruamel.yaml.representer import SafeRepresenter
 from ruamel.yaml.resolver import VersionedResolver
 
 from sim.core.errors import ScenarioError, cut
-from sim.core.inputs import check_file, read_text
+from sim.formats.inputs import check_file, read_text
 
 MAX_YAML_BYTES = 16 * 2**20  # a scenario, calibration or sweep file (the shipped ones: at most 21 kB)
 MAX_DEPTH = 64  # levels of maps and lists inside one another (the shipped files: at most 7)
@@ -232,7 +239,7 @@ def _check_shape(text: str, pure: bool) -> None:
             add(size, height, event.start_mark)
 
 
-def _parse_yaml(text: str) -> Any:
+def parse_yaml(text: str) -> Any:
     """The data of one YAML document, its shape checked first (:func:`_check_shape`). A problem is raised from a
     re-read with the pure-Python parser, so its wording does not depend on whether the C parser is installed (but
     for a text over ``_PURE_REREAD_CHARS`` characters, which the pure parser would take minutes over)."""
@@ -250,7 +257,7 @@ def _parse_yaml(text: str) -> Any:
 
 def _read_text(path: str) -> str:
     """A YAML file's text: a regular file of at most ``MAX_YAML_BYTES`` bytes, UTF-8 without NUL bytes (a one-line
-    ScenarioError otherwise, from :func:`sim.core.inputs.read_text`)."""
+    ScenarioError otherwise, from :func:`sim.formats.inputs.read_text`)."""
     return read_text(path, "", "a YAML file", max_bytes=MAX_YAML_BYTES, max_lines=None)
 
 
@@ -267,7 +274,7 @@ def read_yaml(path: str) -> Any:
         hit = _YAML_CACHE.get(os.path.abspath(path))
         if hit is not None and hit[0] == stamp:
             return pickle.loads(hit[1])
-        data = _parse_yaml(_read_text(path))
+        data = parse_yaml(_read_text(path))
         frozen = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)  # a copy per call: callers may change theirs
         _YAML_CACHE[os.path.abspath(path)] = (stamp, frozen)
         return pickle.loads(frozen)
@@ -311,8 +318,38 @@ def _scalar(text: str) -> Any:
     if not text.strip():
         return ""
     try:
-        return _parse_yaml(text)
+        return parse_yaml(text)
     except (YamlLimitError, YamlValueError):
         raise
     except YAMLError:
         return text
+
+
+class _PortableRepresenter(SafeRepresenter):
+    """Plain data as YAML that 1.1 readers (PyYAML, many editors) read as this project's 1.2 reader does: a float in
+    exponent form keeps a decimal point (``1.0e-05``), which YAML 1.1 needs to see a number."""
+
+    def represent_float(self, data: float) -> ScalarNode:
+        node = super().represent_float(data)
+        if "e" in node.value and "." not in node.value and "inf" not in node.value:
+            node.value = node.value.replace("e", ".0e", 1)
+        return node
+
+
+_PortableRepresenter.add_representer(float, _PortableRepresenter.represent_float)
+
+
+def dump_yaml(data: Any, width: int = 120) -> str:
+    """``data`` (plain dicts, lists, text, numbers, booleans, None) as a YAML document: block style, maps in their
+    own order, text as UTF-8, lines wrapped at ``width`` characters where a value allows it."""
+    import io
+
+    writer = YAML(typ="safe")  # the C emitter where ruamel.yaml.clib is installed (a dependency on CPython)
+    writer.Representer = _PortableRepresenter
+    writer.default_flow_style = False
+    writer.sort_base_mapping_type_on_output = False
+    writer.width = width
+    writer.allow_unicode = True
+    out = io.StringIO()
+    writer.dump(data, out)
+    return out.getvalue()

@@ -4,9 +4,12 @@ numpy picks its vectorised loops at import from the CPU it finds (AVX2, AVX-512,
 ``power`` and friends round differently from the scalar loops in the last bit (probed: 5% of float64 ``exp`` results
 differ), and a discrete-event run turns a last-bit change into a different trajectory: on one and the same scenario
 and seed, the README's what-if printed +85.6% on one CI machine and +85.7% on another, and an expert-cache hit rate
-moved by 0.1 point. ``import sim`` therefore asks numpy, before numpy is imported, to keep to its baseline loops
-(``NPY_ENABLE_CPU_FEATURES`` set to no dispatched feature). A user who sets either of numpy's variables keeps their
-own choice; a process that imported numpy before sim keeps what it has, and :func:`numpy_dispatch` says so.
+moved by 0.1 point. So the ``sim`` command (``sim.__main__``) and the test configuration ask numpy, before numpy is
+imported, to keep to its baseline loops (``NPY_ENABLE_CPU_FEATURES`` set to no dispatched feature) and its BLAS to one
+thread. ``import sim`` changes nothing: a library must not change how numpy computes for the rest of a process. A
+script or notebook gets the same bits as the command by calling :func:`reproducible_numerics` before numpy is first
+imported, or by starting Python with ``NPY_ENABLE_CPU_FEATURES=' '``. A user who sets either of numpy's variables
+keeps their own choice; a process that imported numpy first keeps what it has, and :func:`numpy_dispatch` says so.
 """
 
 from __future__ import annotations
@@ -39,6 +42,15 @@ def request_single_thread_blas() -> bool:
         return False
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     return True
+
+
+def reproducible_numerics() -> bool:
+    """The same bits as the ``sim`` command on every CPU: numpy's baseline loops and one BLAS thread, asked for before
+    numpy is imported. True when numpy will use its baseline loops because of this call; False when numpy was
+    imported already or the user chose numpy's CPU features themselves (then nothing is changed)."""
+    asked = request_baseline_kernels()
+    request_single_thread_blas()
+    return asked
 
 
 def numpy_dispatch() -> tuple[str, ...]:

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from sim.batching.cost import StepCost
 from sim.batching.families import IterationCosts, iteration_costs
-from sim.batching.operators import operator_table
 from sim.batching.pool import kv_pool, scheduler_for
 from sim.batching.server import Scheduler
 from sim.config.engine import Engine, Iteration
 from sim.config.links import link_info
+from sim.config.operator_profiles import iteration_operators
 from sim.config.scenario import Scenario
 from sim.config.unified import card_capacity_gib
 from sim.core.errors import ScenarioError
@@ -83,8 +83,7 @@ def setup_dense(scn: Scenario, machine: str) -> DenseSetup:
                             getattr(card, "family", None), it.server, it.kv_read_efficiency, it.attention_call_s)
     assert card.hbm_gbps is not None and card.tflops is not None
     links = [link_info(scn, m, g).gbps for g in cards]
-    table = operator_table(it.operators, n, f"machines.{machine}.engine.iteration.operators") \
-        if it.operators is not None else None
+    table = iteration_operators(it.operators, n, f"machines.{machine}.engine.iteration.operators")
     cost = StepCost.build(weights_bytes=spec.weights_gib * GIB, kv_kib_per_token=arch.kv_kib_per_token,
                           params_b=arch.params_b, layers=arch.layers, hidden=arch.hidden,
                           hbm_gbps=card.hbm_gbps, tflops=card.tflops, memory_efficiency=costs.memory_efficiency,

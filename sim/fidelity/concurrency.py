@@ -33,7 +33,7 @@ from pathlib import Path
 from sim.core.errors import ScenarioError
 from sim.fidelity.domain import Excluded, Observation, Prediction
 from sim.fidelity.serving import SETUPS, ServingFit, ServingRows
-from sim.fidelity.tables import read_csv
+from sim.formats.public_tables import read_csv
 
 TABLES = ("concurrency.csv", "unified_memory_concurrency.csv")
 PUBLIC = Path(__file__).resolve().parents[2] / "calibration" / "public"

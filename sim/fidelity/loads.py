@@ -24,8 +24,6 @@ reports the median |error| per source and over all rows.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
 from collections.abc import Iterable
@@ -34,12 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from sim.config.load import validate
 from sim.config.scenario import Scenario
+from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
-from sim.core.inputs import read_text
 from sim.core.units import GB, GIB, KIB, MIB
 from sim.fidelity import loso
 from sim.fidelity.domain import Excluded, Observation, Prediction
@@ -55,6 +52,7 @@ from sim.fidelity.loads_mechanism import (  # noqa: F401 - the domain's paramete
     predict_one,
     start_values,
 )
+from sim.formats.public_tables import read_csv
 from sim.lab import loading
 from sim.lab.loaders import stage_costs
 from sim.lab.pagecache import PageCache
@@ -95,11 +93,7 @@ def _matches(row: dict[str, str], match: dict[str, Any]) -> bool:
 
 def read_setups(path: str | Path = SETUPS) -> dict[str, Any]:
     """The mapping file; a one-line ScenarioError when it is not the expected mapping."""
-    text = read_text(path, "", "a YAML mapping of setups")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(str(path), "", f"expected a readable YAML mapping ({type(exc).__name__})") from None
+    data = read_yaml(str(path))  # YAML 1.2, as every file of the project is read
     for key in ("setups", "models", "rules"):
         if not isinstance((data or {}).get(key), (dict, list)):
             raise ScenarioError(str(path), key, "missing: expected the setups, models and rules sections")
@@ -124,8 +118,8 @@ class LoadsDomain:
             obs: list[Observation] = []
             excluded: list[Excluded] = []
             for table in TABLES:
-                text = read_text(self.public / table, "", "a CSV table")
-                for row in csv.DictReader(io.StringIO(text, newline="")):
+                rows, _ = read_csv(str(self.public / table))  # cells stripped: the same rows for these tables
+                for row in rows:
                     got = self._read(table, row)
                     (obs if isinstance(got, Observation) else excluded).append(got)
             self._obs = (obs, excluded)

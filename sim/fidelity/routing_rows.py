@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from sim.calibration.routing_fit import PROMPTS, TOL_POINT, TOL_ROUGH
 from sim.core.errors import ScenarioError
-from sim.fidelity.tables import read_csv
+from sim.formats.public_tables import read_csv
 
 TABLE = "expert_cache.csv"
 NOMINAL_LAYERS = 16  # MoE layers computed when the table does not state them (pooled statistics do not depend on it)

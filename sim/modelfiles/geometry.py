@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sim.core.errors import ScenarioError
-from sim.core.inputs import PARAMETERS, SIZE_BYTES
+from sim.formats.quantities import PARAMETERS, SIZE_BYTES
 
 MAX_LAYERS = 10_000  # blocks of a model (the deepest published ones: about 130); a larger count is a broken file
 ROLES = ("embedding", "output", "output_norm", "attention", "ffn", "experts")

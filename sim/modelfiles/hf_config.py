@@ -1,6 +1,6 @@
-"""A Hugging Face ``config.json`` -> :class:`ModelGeometry`: the model's tensors as llama.cpp's converter writes them
-(:mod:`sim.modelfiles.hf_layouts`), each typed and sized at a quantization (:mod:`sim.modelfiles.quant`), the layers'
-kinds and the caches they keep.
+"""A Hugging Face ``config.json`` (read by :mod:`sim.formats.hf_config`) -> :class:`ModelGeometry`: the model's
+tensors as llama.cpp's converter writes them (:mod:`sim.modelfiles.hf_layouts`), each typed and sized at a
+quantization (:mod:`sim.modelfiles.quant`), the layers' kinds and the caches they keep.
 
 Supported (dispatch on ``model_type``, a multimodal wrapper's ``text_config.model_type``, else ``architectures``):
 see :data:`ARCHITECTURES`. A multimodal config's ``text_config`` is read over its top level (the vision tower is not
@@ -19,14 +19,12 @@ import os
 from typing import Any
 
 from sim.core.errors import ScenarioError
-from sim.core.inputs import parse_json, read_text
+from sim.formats.hf_config import read_config_object
 from sim.modelfiles.geometry import ModelGeometry, assemble, scaled, spec
 from sim.modelfiles.hf_blocks import Config, Layout
 from sim.modelfiles.hf_layouts import BUILDERS, CLASS_DEFAULTS, NEEDED, TEXT_TYPES
 from sim.modelfiles.llama_quant import Target, ik_note
 from sim.modelfiles.quant import Quant, checkpoint_quant, gguf_quant, kv_bytes, slot_types
-
-MAX_CONFIG_BYTES = 16 * 2**20  # a config.json larger than this is not one (bytes; the shipped ones: at most 20 KB)
 
 ARCHITECTURES = {mt: cls for mt, (_, cls) in BUILDERS.items()}  # model_type -> the transformers class
 _BY_CLASS = {cls: mt for mt, cls in ARCHITECTURES.items()}
@@ -43,7 +41,7 @@ def read_hf_config(path: str, quant: str | None = None, kv_type: str = "f16",
     expected) for a missing or malformed file, a missing or wrong key or an unsupported architecture."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
-    top = _load_json(path)
+    top = read_config_object(path)
     cfg, model_type = _text_config(path, top)
     try:
         value_bytes = kv_bytes(kv_type)
@@ -112,16 +110,6 @@ def _quant_notes(q: Quant) -> list[str]:
         note = ik_note(q.recipe)
         return [note] if note else []
     return []
-
-
-def _load_json(path: str) -> dict[str, Any]:
-    """config.json's top-level object, read through the one input layer (a regular file of at most
-    ``MAX_CONFIG_BYTES`` bytes, UTF-8 text); anything else is one line naming the file."""
-    text = read_text(path, "", "a model's config.json (UTF-8 JSON) or a .gguf file", max_bytes=MAX_CONFIG_BYTES)
-    raw = parse_json(text, path, "", "a model's config.json")
-    if not isinstance(raw, dict):
-        raise ScenarioError(path, "", f"expected a JSON object of configuration keys, got a {type(raw).__name__}")
-    return raw
 
 
 def _text_config(path: str, top: dict[str, Any]) -> tuple[Config, str]:

@@ -16,15 +16,16 @@ from sim.config.engine import Engine, Prefill
 from sim.config.links import link_info
 from sim.config.machines import GpuType
 from sim.config.models import Moe
+from sim.config.route_traces import routing_trace
 from sim.config.scenario import Scenario
 from sim.config.unified import card_capacity_gib
 from sim.core.errors import SimulationError
 from sim.core.units import GB, GIB, MIB
 from sim.moe.expert_cache import auto_slots, che_reuse_hit_probabilities, home_tiers, static_cache
-from sim.moe.route_trace import served_popularity
 from sim.moe.routing import AliasTables, RoutingLaw, inclusion_probabilities, layer_popularity, lookup_shares
 from sim.moe.spec_costs import DEFAULTS, StepSpecs, step_specs, tokens_per_expert
 from sim.moe.stepcost import StepParams
+from sim.moe.trace_replay import served_popularity
 from sim.serving.metrics import VramRows
 
 
@@ -112,7 +113,7 @@ def setup_engine(scn: Scenario, machine: str) -> EngineSetup:
                      drift_weight=r.drift_weight, drift_hot_experts=r.drift_hot_experts,
                      drift_concentration=r.drift_concentration, exponent_spread=r.exponent_spread,
                      exponent_depth_slope=r.exponent_depth_slope)
-    popularity, law = served_popularity(law, r)  # the routing law q per layer (Zipf, or a route trace's replay)
+    popularity, law = served_popularity(law, r, routing_trace(r))  # the law q per layer (Zipf, or a trace's replay)
     shares = lookup_shares(popularity, moe.top_k)  # what a profile of lookups ranks: pi / top_k
     profile = shares if e.profile_seed is None else \
         lookup_shares(layer_popularity(law, np.random.default_rng(e.profile_seed)), moe.top_k)

@@ -299,6 +299,7 @@ def _submit(pool, tasks: list[Task], done: SimpleQueue) -> list:
 
 
 _DASK_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
+DASK_CONNECT_S = 10.0  # seconds a scheduler has to answer (distributed retries a refused connection until then)
 
 
 class DaskBackend:
@@ -316,7 +317,7 @@ class DaskBackend:
             raise ScenarioError("--dask", address, "the `distributed` package: pip install 'sim[dask]'") from None
         self.address = address
         try:
-            self.client = Client(address, timeout="10s", set_as_default=False)
+            self.client = Client(address, timeout=f"{DASK_CONNECT_S:g}s", set_as_default=False)
         except (OSError, TimeoutError, ValueError, TypeError) as exc:
             raise ScenarioError("--dask", address, f"a reachable Dask scheduler ({type(exc).__name__}: "
                                 f"{str(exc).splitlines()[0] if str(exc) else 'no answer'})") from None

@@ -7,8 +7,8 @@ import os
 
 from sim.calibration.targets import measured_values
 from sim.core.errors import ScenarioError
-from sim.core.inputs import shown_path
-from sim.core.tables import read_measured
+from sim.formats.inputs import shown_path
+from sim.formats.measured_tables import read_measured
 from sim.sweeps.spec import MeasuredOverlay, MeasuredValue
 
 

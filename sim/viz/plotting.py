@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ScenarioError
-from sim.core.inputs import check_file, read_text
 from sim.core.output import atomic_write_with
+from sim.formats.inputs import check_file, read_text
 
 # Okabe & Ito (2008), safe for the common colour-vision deficiencies; markers and dashes tell lines apart in grey too
 MAX_MANIFEST_BYTES = 64 * 2**20  # a sweep's sweep.json (bytes; a 1,000-point sweep writes about 100 KB)

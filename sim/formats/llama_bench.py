@@ -5,9 +5,9 @@ by form and place), ``-o csv | json | jsonl | sql`` (the fields of llama-bench's
 ik_llama.cpp sets included), llama-sweep-bench's ``| PP | TG | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s |`` (a pp
 and a tg record per row; the ``main: n_kv_max = ...`` line before it gives batch sizes, threads, ngl, fa) and its
 ``--output-format jsonl``. Every non-blank line goes to one place: a record (or a header, separator or JSON bracket),
-``skipped`` (log lines, build info, other tables: llama-batched-bench's is read by :mod:`sim.llamacpp.batched_output`)
+``skipped`` (log lines, build info, other tables: llama-batched-bench's is read by :mod:`sim.formats.batched_bench`)
 or ``bad`` with a reason (a row of a table's shape whose values cannot be read, or are outside their range:
-:mod:`sim.llamacpp.bench_ranges`). Nothing raises on any text but :class:`ScenarioError` for an input over
+:mod:`sim.formats.bench_ranges`). Nothing raises on any text but :class:`ScenarioError` for an input over
 ``MAX_BYTES`` or ``MAX_LINES``.
 """
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.errors import ScenarioError
-from sim.llamacpp.bench_ranges import FIELD_NAMES, MD_NAMES, SWEEP_NAMES, checked
-from sim.llamacpp.bench_ranges import Bad as _Bad  # a value that cannot be read: its message is the bad line's reason
+from sim.formats.bench_ranges import FIELD_NAMES, MD_NAMES, SWEEP_NAMES, checked
+from sim.formats.bench_ranges import Bad as _Bad  # a value that cannot be read: its message is the bad line's reason
 
 MAX_BYTES = 50_000_000  # largest input read (bytes of UTF-8)
 MAX_LINES = 1_000_000  # most lines read

@@ -1,6 +1,7 @@
-"""The physical ranges of what a log line says and the number reader that enforces them (:mod:`sim.calibration.logs`).
+"""The physical ranges of what a log line says and the number reader that enforces them
+(:mod:`sim.formats.engine_logs`).
 
-Every number a row or start-up fact holds has one :class:`~sim.core.inputs.Quantity` (:data:`FIELDS`,
+Every number a row or start-up fact holds has one :class:`~sim.formats.quantities.Quantity` (:data:`FIELDS`,
 :data:`FACTS`): token counts, times in s, rates in tok/s, shares 0-1, sizes, bandwidths, counts, with the input
 layer's bounds. A printed rate is also checked against the tokens and time printed beside it (:func:`check_rate`,
 within the rounding of both), a part against its whole (cached against prompt tokens, hits against lookups). A value
@@ -13,7 +14,7 @@ import math
 import re
 from dataclasses import replace
 
-from sim.core.inputs import BANDWIDTH_GBPS, SECONDS, SHARE, SIZE_GB, TOKENS, TOKENS_PER_S, Quantity
+from sim.formats.quantities import BANDWIDTH_GBPS, SECONDS, SHARE, SIZE_GB, TOKENS, TOKENS_PER_S, Quantity
 
 TIME = replace(SECONDS, lo_open=False)  # a log prints 0.0 s for what took less than its precision
 RATE = replace(TOKENS_PER_S, lo_open=False)  # 0 when nothing was timed (an idle vLLM interval, a fully cached prompt)

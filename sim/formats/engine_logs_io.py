@@ -1,5 +1,5 @@
-"""Reading log files for :mod:`sim.calibration.logs` and writing its table: the files checked by the input layer
-(:mod:`sim.core.inputs`) and sniffed for text, lines read one at a time in bounded memory, and the summary, CSV and
+"""Reading log files for :mod:`sim.formats.engine_logs` and writing its table: the files checked by the input layer
+(:mod:`sim.formats.inputs`) and sniffed for text, lines read one at a time in bounded memory, and the summary, CSV and
 JSON written row by row (nothing holds every row)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sim.core.inputs import check_file, shown_path
 from sim.core.output import clean
 from sim.core.text import plural
+from sim.formats.inputs import check_file, shown_path
 
 MAX_LINE = 65_536  # characters of one line examined; a longer line is counted as not understood
 SNIFF = 65_536  # bytes at the start of a file checked for binary data
@@ -29,10 +29,10 @@ class LongLine(str):
 
 def check_text_file(path: str) -> None:
     """Refuse, as a one-line ScenarioError, what is not a readable regular file of text: what
-    :func:`sim.core.inputs.check_file` refuses (a NUL byte in the name, a missing file, a directory, a FIFO or device:
-    it could be endless), or a NUL byte or invalid UTF-8 in the first :data:`SNIFF` bytes."""
+    :func:`sim.formats.inputs.check_file` refuses (a NUL byte in the name, a missing file, a directory, a FIFO or
+    device: it could be endless), or a NUL byte or invalid UTF-8 in the first :data:`SNIFF` bytes."""
     from sim.core.errors import ScenarioError
-    from sim.core.inputs import read_head
+    from sim.formats.inputs import read_head
 
     head, size = read_head(path, "", WHAT, SNIFF)
     at = head.find(b"\0")
@@ -146,7 +146,7 @@ SUMMARY_KEYS = (("prefill_tok_s", "prefill tok/s", 1), ("decode_tok_s", "decode 
 
 def summary_lines(t: Any) -> list[str]:
     """The default output of ``sim logs``: counts, medians and ranges per engine, start-up facts, examples of lines
-    not understood (``t`` is a :class:`sim.calibration.logs.LogTable`)."""
+    not understood (``t`` is a :class:`sim.formats.engine_logs.LogTable`)."""
     out = [f"{plural(t.lines, 'line')}: {plural(t.row_count, 'row')}, {plural(len(t.facts), 'start-up fact')}, "
            f"{t.not_understood:,} not understood"
            + (f", {plural(t.incomplete, 'incomplete request summary', 'incomplete request summaries')}"

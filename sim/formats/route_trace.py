@@ -1,4 +1,4 @@
-"""Route traces: which experts each token chose in each MoE layer, read from a file, summarised, fitted and replayed.
+"""Route traces: which experts each token chose in each MoE layer, read from a file as a :class:`RouteTrace`.
 
 File format (one of two, told apart by the first data line; ``#`` comment lines and blank lines are skipped):
 
@@ -19,30 +19,20 @@ row, ids, tokens and layers under their bounds; a bad line is one error naming t
 
 From a trace (:class:`RouteTrace`): per-layer inclusion frequencies (smoothed), consecutive-token overlap at any
 distance, reuse distances (tokens since the same expert's last use in the same layer), distinct experts per request
-and layer, top-1 and top-8 shares and entropy, and the hit rate of a per-layer LRU of token sets started cold for each
-request (:func:`sim.moe.expert_cache.lru_set_hit_counts`) at any capacity. A scenario's ``routing.trace`` replays it
-(:func:`served_popularity`): the served law of each layer is the one whose inclusion probabilities are the trace's
-smoothed frequencies, the reuse the one that gives the trace's mean consecutive overlap.
+and layer, top-1 and top-8 shares and entropy. What an engine makes of a trace (its replay as a scenario's routing,
+the hit rate of an LRU of token sets) is :mod:`sim.moe.trace_replay`; :func:`cached_route_trace` reads a file once
+per process and content (its path, modification time and size).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from sim.core.errors import ScenarioError
-from sim.core.inputs import check_file, parse_json, read_text
-from sim.moe.expert_cache import lru_set_hit_counts
-from sim.moe.routing import (
-    AliasTables,
-    RequestRouter,
-    RoutingLaw,
-    layer_popularity,
-    popularity_from_inclusion,
-    reuse_from_overlap,
-)
+from sim.formats.inputs import check_file, parse_json, read_text
 
 MAX_FILE_BYTES = 256 * 2**20  # a trace file (bytes)
 MAX_ROWS = 10**7  # rows (request, token, layer) of a trace
@@ -51,7 +41,6 @@ MAX_ID = 2**20  # expert ids, layers, requests and tokens: below this
 MAX_TOKEN = 10**8
 COLUMNS = ("request", "token", "layer", "experts")
 WHAT = "a route trace (CSV or JSONL)"
-LRU_CELLS = 2**22  # an LRU replay's routes and recency arrays at a time (caches x (tokens + experts) x top_k)
 SMOOTHING_TOKENS = 1.0  # pseudo-tokens spread evenly over a layer's experts when frequencies become a law
 
 
@@ -148,22 +137,6 @@ class RouteTrace:
             out.append(np.diff(tok[order])[same])
         return out
 
-    def lru_hit_rates(self, capacities: list[int]) -> np.ndarray:
-        """Hit rate of a per-layer LRU of token sets of each capacity, started cold for each request, pooled over
-        requests and layers (hits over references)."""
-        groups = sorted(self.groups(), key=lambda g: g[3] - g[2], reverse=True)  # longest first: batches pad less
-        hits, references, i = np.zeros(len(capacities), dtype=np.int64), 0, 0
-        while i < len(groups):  # caches in batches of at most LRU_CELLS cells (one long request among short ones)
-            length = groups[i][3] - groups[i][2]
-            batch = groups[i:i + max(LRU_CELLS // ((length + self.expert_count) * self.top_k), 1)]
-            routes = np.full((len(batch), length, self.top_k), -1, dtype=np.int64)
-            for j, (_, _, a, b) in enumerate(batch):
-                routes[j, :b - a] = self.experts[a:b]
-            hits += lru_set_hit_counts(routes, capacities, self.expert_count)  # whole numbers: any batching sums
-            references += int((routes >= 0).sum())
-            i += len(batch)
-        return hits / float(references)
-
     def per_request_layer(self) -> dict[str, np.ndarray]:
         """[requests, layers] statistics of each request's tokens in each layer: distinct experts, top-1 and top-8
         lookup shares, entropy of the lookup shares (bits), median and 90th percentile reuse distance (the trace
@@ -189,24 +162,6 @@ class RouteTrace:
                 out["reuse_median"][i, layer] = d[d.size // 2]
                 out["reuse_p90"][i, layer] = d[int(0.9 * (d.size - 1))]
         return out
-
-    def summary(self, capacities: list[int] = (8, 16, 32, 64, 128)) -> dict:
-        """The trace's statistics in one mapping (see the module docstring)."""
-        o1, who = self.overlap(1)
-        stats = self.per_request_layer()
-        caps = [c for c in capacities if c >= 1]
-        return {
-            "requests": int(self.requests().size), "layers": self.layers, "top_k": self.top_k,
-            "experts": self.expert_count, "rows": int(self.request.size),
-            "overlap": {d: float(np.mean(self.overlap(d)[0])) if self.overlap(d)[0].size else None
-                        for d in (1, 2, 4, 8, 16)},
-            "overlap_per_request": {int(r): float(o1[who == r].mean()) for r in np.unique(who)},
-            "lru_hit_rate": dict(zip(caps, map(float, self.lru_hit_rates(caps)), strict=True)),
-            "reuse_median": float(np.nanmedian(stats["reuse_median"])),
-            "reuse_p90_median": float(np.nanmedian(stats["reuse_p90"])),
-            "distinct_range": (float(np.nanmin(stats["distinct"])), float(np.nanmax(stats["distinct"]))),
-        }
-
 
 def read_route_trace(path: str, key_path: str = "routing.trace") -> RouteTrace:
     """Read and check a route trace (format: the module docstring). Errors are ``ScenarioError(path, 'line N',
@@ -315,51 +270,8 @@ def _cached(path: str, mtime_ns: int, size: int) -> RouteTrace:
     return read_route_trace(path)
 
 
-def replay_law(trace: RouteTrace, law: RoutingLaw) -> tuple[np.ndarray, float]:
-    """The served law [layers, experts] and reuse a trace gives a model of ``law``'s geometry: the law whose
-    inclusion probabilities are the trace's smoothed frequencies, and the reuse of its mean consecutive overlap."""
-    path = trace.path
-    if trace.layers != law.layers:
-        raise ScenarioError(path, "routing.trace", f"{trace.layers} layers in the trace: the model has {law.layers} "
-                            "MoE layers")
-    if trace.top_k != law.top_k:
-        raise ScenarioError(path, "routing.trace", f"{trace.top_k} experts a row: the model routes top_k "
-                            f"{law.top_k}")
-    if trace.expert_count > law.experts:
-        raise ScenarioError(path, "routing.trace", f"expert id {trace.expert_count - 1}: the model has "
-                            f"{law.experts} experts per layer")
-    pi = trace.inclusion(law.experts)
-    overlap = trace.overlap(1)[0]
-    reuse = reuse_from_overlap(float(overlap.mean()), pi, law.top_k) if overlap.size else 0.0
-    return popularity_from_inclusion(pi), reuse
-
-
-def served_popularity(law: RoutingLaw, routing) -> tuple[np.ndarray, RoutingLaw]:
-    """The served popularity [layers, experts] of a scenario's ``routing`` section (sim.config.models.Routing) and
-    the law it serves with: Zipf per layer on the ``popularity_seed`` permutation, or a route trace's replay (its
-    reuse replacing ``locality``)."""
-    if getattr(routing, "trace", None):
-        path = routing.trace
-        st = check_file(path, "routing.trace", WHAT)
-        popularity, reuse = replay_law(_cached(path, st.st_mtime_ns, st.st_size), law)
-        return popularity, replace(law, locality=reuse)
-    return layer_popularity(law, np.random.default_rng(routing.popularity_seed)), law
-
-
-def sampled_trace(law: RoutingLaw, tokens: np.ndarray, skews: np.ndarray, rng: np.random.Generator,
-                  popularity: np.ndarray | None = None) -> RouteTrace:
-    """A route trace the lookup sampler draws: request ``j`` routes ``tokens[j]`` tokens with its own skew
-    ``skews[j]`` and its own hot set (the law's drift), from ``popularity`` (default: the law's Zipf layers on a
-    permutation drawn from ``rng``); expert ids local to their layer."""
-    pop = layer_popularity(law, rng) if popularity is None else popularity
-    tables = AliasTables.build(pop)
-    parts = []
-    for j, (n, g) in enumerate(zip(np.asarray(tokens).tolist(), np.asarray(skews).tolist(), strict=True)):
-        router = RequestRouter.start(law, tables, rng, pop)
-        router.skew = float(g)
-        ids = router.next_tokens(int(n)) - (np.arange(law.layers) * law.experts)[None, :, None]
-        t, layer = np.meshgrid(np.arange(n), np.arange(law.layers), indexing="ij")
-        parts.append((np.full(t.size, j), t.ravel(), layer.ravel(), ids.reshape(-1, law.top_k)))
-    req, tok, lay, ex = (np.concatenate([x[i] for x in parts]) for i in range(4))
-    order = np.lexsort((tok, lay, req))
-    return RouteTrace("sampled", req[order], tok[order], lay[order], ex[order].astype(np.int64))
+def cached_route_trace(path: str, key_path: str = "routing.trace") -> RouteTrace:
+    """The route trace at ``path``, read once per process per file content (its modification time and size): a
+    scenario's ``routing.trace``, checked as a regular file at ``key_path`` before the cache is asked."""
+    st = check_file(path, key_path, WHAT)
+    return _cached(path, st.st_mtime_ns, st.st_size)

@@ -1,4 +1,4 @@
-"""The patterns of the engine log lines :mod:`sim.calibration.logs` reads. Every pattern starts with literal text and
+"""The patterns of the engine log lines :mod:`sim.formats.engine_logs` reads. Every pattern starts with literal text and
 has no nested or unbounded-then-alternative quantifiers, so a search is linear in the length of a line."""
 
 from __future__ import annotations

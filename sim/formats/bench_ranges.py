@@ -1,6 +1,6 @@
-"""The ranges of the numbers llama.cpp's benchmark tools print, one :class:`~sim.core.inputs.Quantity` per record
-field: llama-bench's and llama-sweep-bench's (:data:`RANGES`, read by :mod:`sim.llamacpp.bench_output`) and
-llama-batched-bench's (:data:`BATCHED_RANGES`, :mod:`sim.llamacpp.batched_output`), in every output format. A record
+"""The ranges of the numbers llama.cpp's benchmark tools print, one :class:`~sim.formats.quantities.Quantity` per record
+field: llama-bench's and llama-sweep-bench's (:data:`RANGES`, read by :mod:`sim.formats.llama_bench`) and
+llama-batched-bench's (:data:`BATCHED_RANGES`, :mod:`sim.formats.batched_bench`), in every output format. A record
 with a number outside its range (nan, inf, 1e300 t/s, a -1 byte model, 1e12 prompt tokens) is never made: its line is
 an unreadable row, with the reason :func:`out_of_range` gives.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from sim.core.inputs import PARAMETERS, SECONDS, SIZE_BYTES, TOKENS, TOKENS_PER_S, Quantity
+from sim.formats.quantities import PARAMETERS, SECONDS, SIZE_BYTES, TOKENS, TOKENS_PER_S, Quantity
 
 Record = TypeVar("Record")  # a reader's record (a dataclass)
 
@@ -22,7 +22,7 @@ RANGES: dict[str, Quantity] = {
     "n_prompt": TOKENS, "n_gen": TOKENS, "n_depth": TOKENS, "n_batch": TOKENS, "n_ubatch": TOKENS,
     "seconds": SECONDS, "avg_ts": TOKENS_PER_S, "stddev_ts": RATE_SPREAD, "model_size_bytes": SIZE_BYTES,
     "model_n_params": PARAMETERS,
-}  # a llama-bench or sweep-bench record's numbers (sim.llamacpp.bench_output.BenchRecord), checked in this order
+}  # a llama-bench or sweep-bench record's numbers (sim.formats.llama_bench.BenchRecord), checked in this order
 MD_NAMES = {"avg_ts": "t/s", "stddev_ts": "t/s stddev", "model_size_bytes": "size", "model_n_params": "params"}
 FIELD_NAMES = {"model_size_bytes": "model_size", "seconds": "avg_ns / 1e9"}  # csv, json, jsonl, sql
 SWEEP_NAMES = {"n_prompt": "PP", "n_gen": "TG", "n_depth": "N_KV"}  # and S_PP t/s or S_TG t/s, T_PP s or T_TG s
@@ -31,7 +31,7 @@ BATCHED_RANGES: dict[str, Quantity] = {
     "pp": TOKENS, "tg": TOKENS, "n_kv": TOKENS, "t_pp_s": TIME, "t_tg_s": TIME, "t_s": TIME,
     "s_pp_tok_s": SPEED, "s_tg_tok_s": SPEED, "s_tok_s": SPEED, "n_kv_max": TOKENS, "n_batch": TOKENS,
     "n_ubatch": TOKENS,
-}  # a llama-batched-bench row's numbers and its run's settings (sim.llamacpp.batched_output.BatchedRecord)
+}  # a llama-batched-bench row's numbers and its run's settings (sim.formats.batched_bench.BatchedRecord)
 BATCHED_NAMES = {"pp": "PP", "tg": "TG", "n_kv": "N_KV", "t_pp_s": "T_PP s", "t_tg_s": "T_TG s", "t_s": "T s",
                  "s_pp_tok_s": "S_PP t/s", "s_tg_tok_s": "S_TG t/s", "s_tok_s": "S t/s"}
 

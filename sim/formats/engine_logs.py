@@ -25,7 +25,7 @@ Formats are detected per line; several entries run together on one line are all 
 Lines are paired only within one request block: consecutive lines of one source (a llama.cpp block ends at a
 line of another format or prefix, a blank line, a line not understood or a new request's start); a half whose other
 half never came is counted as incomplete, never paired with another source's line. Every value read is checked
-against its quantity's range (:mod:`sim.calibration.logs_values`: the input layer's tokens, seconds, tok/s, shares),
+against its quantity's range (:mod:`sim.formats.engine_log_values`: the input layer's tokens, seconds, tok/s, shares),
 a printed rate against its tokens over its time, a part against its whole (cached and prompt tokens, hits and
 lookups); a line with a value that fails, or longer than 65,536 characters, is counted as not understood with the
 reason, and nothing of it is kept. Anything else is counted as not understood (with the first few examples);
@@ -42,8 +42,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from sim.calibration.logs_io import MAX_LINE, SUMMARY_KEYS, LongLine, check_text_file, file_lines, summary_lines
-from sim.calibration.logs_patterns import (
+from sim.formats.engine_log_patterns import (
     ANSI,
     BASALT_AUTO,
     BASALT_DONE,
@@ -74,7 +73,8 @@ from sim.calibration.logs_patterns import (
     VLLM_SPEC_RATE,
     VLLM_STATS,
 )
-from sim.calibration.logs_values import OutOfRange, _check, _check_fact, _f, _pct, check_rate, check_share, timing
+from sim.formats.engine_log_values import OutOfRange, _check, _check_fact, _f, _pct, check_rate, check_share, timing
+from sim.formats.engine_logs_io import MAX_LINE, SUMMARY_KEYS, LongLine, check_text_file, file_lines, summary_lines
 
 __all__ = ["EXAMPLES", "MAX_LINE", "NUM", "ROW_FIELDS", "LogTable", "OutOfRange", "log_sources", "read_logs",
            "summary_lines"]

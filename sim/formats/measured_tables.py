@@ -1,6 +1,6 @@
 """Measured tables: CSV files whose leading ``#`` lines carry provenance and units.
 
-:func:`read_measured` reads the file through the one input layer (:func:`sim.core.inputs.read_text`: a regular file,
+:func:`read_measured` reads the file through the one input layer (:func:`sim.formats.inputs.read_text`: a regular file,
 never a FIFO or a device, of at most ``max_bytes`` bytes and ``max_lines`` lines, UTF-8 text without NUL bytes) and
 rejects what it cannot read with one line naming the file, and the row and column where it can: a header with a blank
 or repeated column name, a malformed CSV line. A UTF-8 byte order mark (what spreadsheet programs write) is accepted
@@ -17,7 +17,8 @@ import math
 from collections.abc import Iterable
 
 from sim.core.errors import ScenarioError
-from sim.core.inputs import MAX_LINES, MAX_TEXT_BYTES, Quantity, read_text
+from sim.formats.inputs import MAX_LINES, MAX_TEXT_BYTES, read_text
+from sim.formats.quantities import Quantity
 
 WHAT = "a CSV table"
 

@@ -1,4 +1,5 @@
-"""Profiled operator times as an iteration's linear-layer cost: what a card and a model were measured to take.
+"""Profiled operator tables read into what a card and a model were measured to take per layer (the reader; the
+batching engine prices an iteration's linear layers with the table, :mod:`sim.batching.cost`).
 
 Vidur's authors profiled one transformer block of several models on real A100, A40 and H100 GPUs (its
 ``data/profiling/compute/<device>/<model>/mlp.csv``, MIT): for each batch of ``num_tokens`` tokens (one flattened
@@ -14,7 +15,8 @@ this module reads (one row per profiled point):
 A block's time at ``n`` tokens is the sum of its operators (Vidur's predictor adds them the same way), linearly
 interpolated between profiled token counts (duplicated counts averaged), the first row's time below it, and beyond
 the last row proportional to the tokens (the arithmetic-bound regime the largest batches are in). Attention is not
-in these profiles: its KV reads and arithmetic stay priced by the card's specs (:mod:`sim.batching.cost`).
+in these profiles: its KV reads and arithmetic stay priced by the card's specs (:mod:`sim.batching.cost`). Which
+shipped profile fits a catalog card and model is :mod:`sim.config.operator_profiles`.
 
 A table is parsed once per process and file content (its path, size and modification time).
 """
@@ -28,7 +30,7 @@ import os
 from dataclasses import dataclass
 
 from sim.core.errors import ScenarioError
-from sim.core.tables import read_measured
+from sim.formats.measured_tables import read_measured
 
 SUFFIX = "_median_ms"
 MAX_ROWS = 100_000  # profiled points a table may hold
@@ -110,29 +112,3 @@ def _value(row: dict, name: str, path: str, high: float, zero: bool = False) -> 
         raise ScenarioError(path, f"row {line}.{name}", f"bad value {raw!r}: expected a number "
                             f"{'0' if zero else 'above 0'} to {high:g}")
     return value
-
-
-# The profiles shipped in calibration/ (a source checkout): which cards and which model geometry each was measured
-# for, so a scenario built from catalog names can use the measured times where they exist. (file, catalog GPU ids,
-# (layers, hidden, KiB of KV per token at 2 bytes a value))
-PROFILES: tuple[tuple[str, tuple[str, ...], tuple[int, int, float]], ...] = (
-    ("vidur_a100/llama3_8b_mlp_ops.csv", ("a100_80gb_sxm", "a100_80gb_pcie"), (32, 4096, 128.0)),
-    ("vidur_a100/llama2_7b_tp1_mlp_ops.csv", ("a100_80gb_sxm", "a100_80gb_pcie"), (32, 4096, 512.0)),
-    ("vidur_h100/llama2_7b_tp1_mlp_ops.csv", ("h100_sxm",), (32, 4096, 512.0)),
-)
-CALIBRATION = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                           "calibration")
-
-
-def profile_for(gpu: str, layers: int, hidden: int, kv_kib_per_token: float, tensor_parallel: int = 1) -> str | None:
-    """The shipped operator profile measured on catalog card ``gpu`` for a model of this geometry (16-bit weights)
-    at this tensor-parallel degree, or None (none shipped, or not in this installation)."""
-    for file, gpus, geometry in PROFILES:
-        path = os.path.join(CALIBRATION, file)
-        if gpu in gpus and geometry == (layers, hidden, kv_kib_per_token) and os.path.exists(path):
-            try:
-                operator_table(path, tensor_parallel)
-            except ScenarioError:
-                continue
-            return path
-    return None

@@ -11,7 +11,7 @@ speeds; ``%f`` in jsonl): ``N_KV`` is ``B*(PP+TG)``, or ``PP+B*TG`` with ``-pps`
 ``-kvu`` count ``B*(PP+TG)`` there too); at most the header's ``n_kv_max`` (the tool skips larger tests);
 ``T = T_PP + T_TG``; ``S_PP = B*PP / T_PP`` (``PP / T_PP`` with ``-pps``), ``S_TG = B*TG / T_TG``, ``S = N_KV / T``
 (newer builds: the tokens processed over ``T``). A speed of no tokens (``-ntg 0``) may be ``nan``. Negative,
-non-finite or inconsistent values, and values outside their range (:mod:`sim.llamacpp.bench_ranges`: 1e300 t/s over a
+non-finite or inconsistent values, and values outside their range (:mod:`sim.formats.bench_ranges`: 1e300 t/s over a
 printed 0.000 s agrees with its time), make the line ``bad`` with a reason; it never becomes a record. Every non-blank
 line goes to one place: a record (or a header or separator), ``skipped`` or ``bad``. Nothing raises on any text but
 :class:`ScenarioError` for an input over ``MAX_BYTES`` or ``MAX_LINES``.
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.errors import ScenarioError
-from sim.llamacpp.bench_output import MAX_BYTES, MAX_LINES, BadLine, cut_reason
-from sim.llamacpp.bench_ranges import BATCHED_NAMES, BATCHED_RANGES, out_of_range
+from sim.formats.bench_ranges import BATCHED_NAMES, BATCHED_RANGES, out_of_range
+from sim.formats.llama_bench import MAX_BYTES, MAX_LINES, BadLine, cut_reason
 
 COLUMNS = ("pp", "tg", "b", "n_kv", "t_pp s", "s_pp t/s", "t_tg s", "s_tg t/s", "t s", "s t/s")  # header, lower case
 JSON_KEYS = ("pp", "tg", "pl", "n_kv", "t_pp", "speed_pp", "t_tg", "speed_tg", "t", "speed")

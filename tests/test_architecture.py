@@ -174,9 +174,42 @@ def test_no_engine_imports_a_reader(graph):
                       f"what it holds): {wrong}"
 
 
+# Readers of table rows as text, and the cell parsers: sim.calibration gets typed records from sim.formats instead.
+CELL_READERS = {"number", "read_measured", "read_cells", "read_csv"}
+# Modules of sim.calibration allowed one of CELL_READERS, and why. Only ever shrinks.
+CELL_READERS_ALLOWED = {
+    # a `rows` table (calibrate.tables) as text: the scenario's map (row_key, row_set, cells) says which columns are
+    # numbers, each read by sim.formats.measured_cells.measured_values; rows a row_variant skips and columns the map
+    # does not name are never parsed, so a note in them is no error
+    "sim.calibration.targets": {"read_measured"},
+}
+
+
+def _formats_names_used(path: str) -> set[str]:
+    """The names a file imports from sim.formats modules, and the attributes it calls on them (``mt.number(...)``)."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    used, aliases = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sim.formats") and not node.level:
+            used |= {a.name for a in node.names}
+            aliases |= {a.asname or a.name for a in node.names}
+        if isinstance(node, ast.Import):
+            aliases |= {a.asname or a.name for a in node.names if a.name.startswith("sim.formats")}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            base = ast.unparse(node.func.value)
+            if base in aliases or base.startswith("sim.formats"):
+                used.add(node.func.attr)
+    return used
+
+
 def test_calibration_fits_observations_and_parses_no_file(graph):
-    """sim.calibration gets its observations from sim.formats (logs, tables, bench outputs, traces): it imports
-    neither the input layer nor csv, parses no JSON (json.dumps to write is fine), and opens no file itself."""
+    """sim.calibration fits typed observations and parses nothing. It gets its observations from sim.formats
+    (logs, tables, bench outputs, traces) as typed records; it imports neither the input layer nor csv, parses no
+    JSON (json.dumps to write is fine) and opens no file itself. Nor does it read a table's cells: it neither
+    imports nor calls the row readers and cell parsers of sim.formats (CELL_READERS: ``number``,
+    ``read_measured``, ``read_cells``, ``read_csv``), except the narrow uses CELL_READERS_ALLOWED names with
+    their reason, and it calls no ``.parse(`` (``Quantity.parse`` of a cell: a reader's job)."""
     mods = modules()
     wrong = []
     for name, path in sorted(mods.items()):
@@ -184,6 +217,9 @@ def test_calibration_fits_observations_and_parses_no_file(graph):
             continue
         if INPUT_LAYER in graph[name]:
             wrong.append(f"{name} imports the input layer ({INPUT_LAYER})")
+        cells = (_formats_names_used(path) & CELL_READERS) - CELL_READERS_ALLOWED.get(name, set())
+        wrong += [f"{name} uses sim.formats' {n} (a row reader or cell parser: take typed records from a reader "
+                  "of sim.formats)" for n in sorted(cells)]
         tree = ast.parse(open(path, encoding="utf-8").read())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
@@ -194,9 +230,65 @@ def test_calibration_fits_observations_and_parses_no_file(graph):
                 f = node.func
                 called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
                 if called in ("open", "read_csv", "read_parquet", "read_json", "loads", "load", "read_text",
-                              "read_bytes", "DictReader"):
+                              "read_bytes", "DictReader", "read_cells"):
                     wrong.append(f"{name} line {node.lineno} calls {called}() (read the file in sim.formats)")
+                if called == "parse" and isinstance(f, ast.Attribute):
+                    wrong.append(f"{name} line {node.lineno} calls .parse() (a cell parsed: a reader of sim.formats "
+                                 "hands calibration typed values)")
     assert not wrong, wrong
+    stale = [m for m, allowed in CELL_READERS_ALLOWED.items() if not _formats_names_used(mods[m]) & allowed]
+    assert not stale, f"CELL_READERS_ALLOWED names a module that no longer uses what it allows: {stale}"
+
+
+# Modules of sim.fidelity allowed a parser a reader of sim.formats owns (what _fidelity_parsers finds: csv or re, a
+# row reader or cell parser of CELL_READERS, a number of a cell's text), with what and why. Only ever shrinks; empty
+# since the public tables' typed readers (sim.formats.public_routing, public_loads, public_serving) read every cell.
+FIDELITY_PARSERS_ALLOWED: dict[str, set[str]] = {}
+# float(cell.split()[0]), int(m.group(1)): a number taken from a cell's text
+CELL_TEXT_METHODS = {"split", "strip", "lstrip", "rstrip", "replace", "group"}
+
+
+def _fidelity_parsers(path: str) -> set[str]:
+    """What a module parses itself: ``csv`` or ``re`` imported, a CELL_READERS name of sim.formats used, a reading
+    call (read_csv, read_text, DictReader, open, .parse()), a float()/int() of a cell's text (of a CELL_TEXT_METHODS
+    call: ``float(row["x"].split()[0])``, ``int(m.group(1))``)."""
+    found = {f"sim.formats' {n}" for n in _formats_names_used(path) & CELL_READERS}
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found |= {f"import {n}" for n in names if n.split(".")[0] in ("csv", "re")}
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        if called in ("open", "read_csv", "read_text", "read_bytes", "DictReader", "read_cells", "parse"):
+            found.add(f"{called}()")
+        if called in ("float", "int") and isinstance(f, ast.Name) and any(
+                isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in CELL_TEXT_METHODS
+                for arg in node.args for sub in ast.walk(arg)):
+            found.add(f"{called}() of a cell's text")
+    return found
+
+
+def test_fidelity_takes_typed_rows_and_parses_no_cell(graph):
+    """sim.fidelity maps typed rows onto setups, excludes rows with their reasons, and fits and predicts; it reads
+    no table itself. The public tables come from the typed readers of sim.formats (public_routing, public_loads,
+    public_serving, llama_bench_tables through sim.calibration): sim.fidelity imports neither the input layer nor
+    csv nor re, uses no row reader or cell parser of sim.formats (CELL_READERS), calls no read_csv, read_text,
+    DictReader, open or .parse(), and takes no float()/int() of a cell's text, except what FIDELITY_PARSERS_ALLOWED
+    names with its reason."""
+    mods = modules()
+    wrong = []
+    for name, path in sorted(mods.items()):
+        if unit(name) != "sim.fidelity":
+            continue
+        if INPUT_LAYER in graph[name]:
+            wrong.append(f"{name} imports the input layer ({INPUT_LAYER})")
+        wrong += [f"{name}: {what} (read the table with a typed reader of sim.formats)"
+                  for what in sorted(_fidelity_parsers(path) - FIDELITY_PARSERS_ALLOWED.get(name, set()))]
+    assert not wrong, wrong
+    stale = [m for m, allowed in FIDELITY_PARSERS_ALLOWED.items() if not _fidelity_parsers(mods[m]) & allowed]
+    assert not stale, f"FIDELITY_PARSERS_ALLOWED names a module that no longer uses what it allows: {stale}"
 
 
 def test_only_formats_uses_the_input_layers_readers():

@@ -267,7 +267,7 @@ def test_a_missing_quantity_names_the_table_and_the_quantity(tables, tmp_path):
 
 def test_measured_values_read_numbers_ranges_and_runs():
     from sim import ScenarioError
-    from sim.calibration.targets import measured_values
+    from sim.formats.measured_cells import measured_values
 
     assert measured_values("140.6", "t", "k") == [140.6]
     assert measured_values("35-44", "t", "k") == [35.0, 44.0]
@@ -323,7 +323,7 @@ def test_standard_errors_follow_each_inputs_own_agreement_and_the_robust_weights
 @given(st.text(max_size=30))
 def test_measured_values_either_read_finite_numbers_or_say_why_in_one_line(text):
     from sim import ScenarioError
-    from sim.calibration.targets import measured_values
+    from sim.formats.measured_cells import measured_values
 
     try:
         values = measured_values(text, "t.csv", "row 1.value")
@@ -336,7 +336,7 @@ def test_measured_values_either_read_finite_numbers_or_say_why_in_one_line(text)
 @settings(max_examples=100, deadline=None)
 @given(st.floats(0.001, 1e6), st.floats(0.001, 1e6))
 def test_measured_ranges_and_runs_read_back(a, b):
-    from sim.calibration.targets import measured_values
+    from sim.formats.measured_cells import measured_values
 
     lo, hi = sorted((a, b))
     assert measured_values(f"{lo!r}-{hi!r}", "t", "k") == [lo, hi]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -261,3 +262,16 @@ def test_a_panel_of_close_values_is_wide_enough_to_show_its_band():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_drawing_changes_nothing_of_the_processs_matplotlib(tmp_path):
+    """A notebook that draws its own figures keeps its backend, its rcParams and its open figures: sim's figures
+    are made outside pyplot, in a style context (sim.viz.plotting.figure_style)."""
+    import matplotlib
+
+    before = dict(matplotlib.rcParams)
+    backend = matplotlib.rcParams._get_backend_or_none()  # without resolving one (that would itself change state)
+    save(presets.draw(cliff_sweep(), "cliff", "free_vram", [], "pcie_gen", None), str(tmp_path / "f.svg"))
+    plot_residuals(CalibrationResult({}, {}, [], ROWS), str(tmp_path / "p.png"))
+    assert dict(matplotlib.rcParams) == before and matplotlib.rcParams._get_backend_or_none() == backend
+    assert "matplotlib.pyplot" not in sys.modules or not sys.modules["matplotlib.pyplot"].get_fignums()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.calibration.covariance import jacobian, standard_errors
-from sim.calibration.observations import RATES, SHARES, Observation, is_request_table, observations, request_targets
+from sim.calibration.observations import RATES, SHARES, Observation, observations, request_targets
 from sim.calibration.problem import Problem, free_sets, held_sets, soft_l1
 from sim.calibration.result import CalibrationResult, residual_row
 from sim.calibration.targets import Target, TargetBuilder, without_calibration
@@ -41,6 +41,7 @@ from sim.config.paths import get_dotted, number_at
 from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
 from sim.core.progress import Bar, progress
+from sim.formats.request_tables import is_request_table
 
 SIMPLEX_STEP = 0.1  # log space: Nelder-Mead's first moves change each value by about 10% (or a quarter of its box)
 

@@ -14,7 +14,7 @@ from sim.calibration.result import CalibrationResult, outside
 
 def calibration_yaml(res: CalibrationResult, command: str) -> str:
     from sim.config.yaml_io import dump_yaml
-    from sim.formats.measured_tables import read_measured as _read
+    from sim.formats.measured_tables import read_provenance
 
     header = ["# Written by `sim calibrate`; do not edit by hand. Reproduce from the project root with:",
               f"#   {command}"]
@@ -23,7 +23,7 @@ def calibration_yaml(res: CalibrationResult, command: str) -> str:
     provenance = []
     for src in res.sources:
         if src.endswith(".csv") and os.path.exists(src):
-            first = (_read(src)[0] or [""])[0]
+            first = (read_provenance(src) or [""])[0]
             if first:
                 provenance.append(f"#   {os.path.basename(src)}: {first[:100]}")
     if provenance:
@@ -112,10 +112,7 @@ def parity_figure(res: CalibrationResult):
     """Simulated against measured, one panel per unit (rates, times, MiB, ...; a rate-kind fraction apart from the
     shares, whose tolerance is in points), with y = x and its tolerance as a band: the tolerance of every row when
     they agree, else the widest, with each row's own as a bar (the simulated values it accepts)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: no backend switched, no figure left open in the process
 
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in res.residuals:
@@ -123,7 +120,8 @@ def parity_figure(res: CalibrationResult):
     keys = sorted(groups, key=lambda k: (UNIT_ORDER.index(k[0]) if k[0] in UNIT_ORDER else len(UNIT_ORDER), k))
     ncols = min(3, len(keys)) or 1
     nrows = max(1, math.ceil(len(keys) / ncols))
-    fig, grid = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 5.4 * nrows), squeeze=False)
+    fig = Figure(figsize=(4.2 * ncols, 5.4 * nrows))
+    grid = fig.subplots(nrows, ncols, squeeze=False)
     flat = list(grid.ravel())
     for ax in flat[len(keys):]:
         fig.delaxes(ax)
@@ -208,13 +206,8 @@ def _parity_panel(ax, key: tuple[str, str], rows: list[dict]) -> None:
 
 def plot_residuals(res: CalibrationResult, path: str) -> None:
     """Write the parity figure (:func:`parity_figure`) as PNG, atomically and the same bytes for the same rows."""
-    import matplotlib.pyplot as plt
-
     fig = parity_figure(res)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp.png"
-    try:
-        fig.savefig(tmp, dpi=90, metadata={"Software": None})
-    finally:
-        plt.close(fig)
+    fig.savefig(tmp, dpi=90, metadata={"Software": None})
     os.replace(tmp, path)

@@ -29,8 +29,7 @@ from sim.config.scenario import Scenario
 from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError
 from sim.core.units import GB, GIB, MIB
-from sim.formats.measured_tables import number, read_measured
-from sim.formats.quantities import BANDWIDTH_GBPS, SIZE_GB
+from sim.formats.load_times import read_load_rates
 from sim.lab import loading
 from sim.lab.loaders import lone_load_s, stage_costs
 from sim.lab.resources import memory_targets
@@ -47,11 +46,10 @@ class Observation:
     source: str
 
 
-def file_size_gb(row: dict, path: str, i: int, required: bool, scn: Scenario) -> float | None:
-    """Row ``i``'s ``file_gb`` (GB), None when blank and not ``required``: a size (:data:`SIZE_GB`), and a load of at
-    most ``MAX_CHUNKS`` chunks of the scenario's ``loading.chunk_mib``, the bound a scenario's models are held to
-    (beyond it a load is events without end)."""
-    file_gb = number(row, "file_gb", path, i, required, SIZE_GB)
+def check_file_size(file_gb: float | None, path: str, i: int, scn: Scenario) -> float | None:
+    """``file_gb`` (GB, None when blank) of row ``i``, checked as a load of at most ``MAX_CHUNKS`` chunks of the
+    scenario's ``loading.chunk_mib``, the bound a scenario's models are held to (beyond it a load is events without
+    end)."""
     chunk_mib = scn.loading.chunk_mib
     if file_gb is not None and file_gb * GB > MAX_CHUNKS * chunk_mib * MIB:
         raise ScenarioError(path, f"row {i}.file_gb", f"{file_gb:,.6g} GB is more than {MAX_CHUNKS:,} chunks of "
@@ -61,27 +59,23 @@ def file_size_gb(row: dict, path: str, i: int, required: bool, scn: Scenario) ->
 
 
 def read_observations(paths: list[str], scn: Scenario) -> list[Observation]:
+    """The measured rates of the load-rate tables (:func:`sim.formats.load_times.read_load_rates`) on the
+    scenario's machines: a blank file size is the scenario's ``report.load_model``'s weights."""
     obs: list[Observation] = []
     for path in paths:
-        _, rows = read_measured(path)
-        missing = [c for c in ("machine", "cold_gbps", "hot_gbps") if rows and c not in rows[0]]
-        if missing or not rows:
-            raise ScenarioError(path, "", f"expected columns machine, cold_gbps, hot_gbps (and optionally link_gbps, "
-                                f"file_gb) with at least one row; missing {missing or 'rows'}")
-        for i, row in enumerate(rows, start=1):
-            name = (row.get("machine") or "").strip()
+        for row in read_load_rates(path):
+            name, i = row.machine, row.line
             if name not in scn.machines:
                 raise ScenarioError(path, f"row {i}.machine", f"bad value {name!r}: expected a machine of the scenario "
                                     f"({sorted(scn.machines)})")
-            file_gb = file_size_gb(row, path, i, False, scn)
+            file_gb = check_file_size(row.file_gb, path, i, scn)
             if file_gb is None:
                 model = scn.report.load_model
                 if model is None:
                     raise ScenarioError(path, f"row {i}.file_gb", "blank: expected the file size, or report.load_model "
                                         "in the scenario to use its weights")
                 file_gb = scn.models[model].weights_gib * GIB / GB
-            for q in ("cold_gbps", "hot_gbps", "link_gbps"):
-                v = number(row, q, path, i, False, BANDWIDTH_GBPS)
+            for q, v in (("cold_gbps", row.cold_gbps), ("hot_gbps", row.hot_gbps), ("link_gbps", row.link_gbps)):
                 if v is None:
                     continue
                 if q == "link_gbps" and scn.machines[name].kind != "discrete":

@@ -16,24 +16,20 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sim.calibration.fit_loading import file_size_gb
+from sim.calibration.fit_loading import check_file_size
 from sim.config.links import link_info
 from sim.config.load import validate
 from sim.config.paths import set_dotted
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
 from sim.core.units import GB, KIB, MIB
-from sim.formats.measured_tables import number, read_measured
-from sim.formats.quantities import BANDWIDTH_GBPS, SECONDS, SIZE_GB, SIZE_KIB, Quantity
+from sim.formats.load_times import read_load_times
+from sim.formats.measured_tables import read_provenance
 from sim.lab import loading
 from sim.lab.loaders import PATHS, copy_bandwidth, lone_load_s, stage_costs
 from sim.lab.resources import memory_targets
 from sim.lab.startup import fixed_s
 
-QUANTITIES = ("direct_read_gbps", "copy_gbps", "h2d_pinned_gbps", "h2d_pageable_gbps", "read_gbps_during_load",
-              "start_s")
-# What each quantity's measured value is: its unit and the range it can take (sim.formats.quantities).
-MEASURED: dict[str, Quantity] = {q: SECONDS if q.endswith("_s") else BANDWIDTH_GBPS for q in QUANTITIES}
 # Where each kind of parameter starts and the physical range it may take (the fit works in logs). Latency starts
 # high, where the requests (not the disk's bandwidth) limit the rate and the rate moves with it.
 START = {"read_gbps": 2.0, "stream_gbps": 1.0, "latency_s": 0.1, "hit_s_per_gb": 0.1, "copy_gbps": 10.0,
@@ -48,6 +44,9 @@ BOUNDS = {"read_gbps": (1e-3, 100.0), "stream_gbps": (1e-3, 100.0), "latency_s":
 
 @dataclass(frozen=True)
 class Row:
+    """A row of the public load-times table (:class:`sim.formats.load_times.LoadTime`) on the scenario's machine:
+    sizes in KiB and GB, ``measured`` in its quantity's unit."""
+
     row_id: str
     machine: str
     disk: str | None
@@ -64,57 +63,34 @@ class Row:
 
 
 def read_rows(path: str, scn: Scenario) -> list[Row]:
-    _, rows = read_measured(path)
-    need = ("row_id", "machine", "quantity", "measured", "role")
-    missing = [c for c in need if not rows or c not in rows[0]]
-    if missing:
-        raise ScenarioError(path, "", f"expected columns {', '.join(need)} (and disk, loader, request_kib, file_gb, "
-                            f"gpu_gb, cache, parameters); missing {missing}")
+    """The rows of the load-times table at ``path`` (:func:`sim.formats.load_times.read_load_times`) checked against
+    the scenario: its machines, disks and the loader kinds and parameters it has; a one-line ScenarioError else."""
     out: list[Row] = []
     tree = scn.model_dump()
-    for i, r in enumerate(rows, start=1):
-        row_id = (r.get("row_id") or "").strip()
-        if not row_id or row_id in {o.row_id for o in out}:
-            raise ScenarioError(path, f"row {i}.row_id", f"{row_id!r}: expected an id no other row has")
-        machine = (r.get("machine") or "").strip()
+    for t in read_load_times(path):
+        i, machine, quantity = t.line, t.machine, t.quantity
         if machine not in scn.machines:
             raise ScenarioError(path, f"row {i}.machine", f"{machine!r}: expected a machine of the scenario "
                                 f"({sorted(scn.machines)})")
-        disk = (r.get("disk") or "").strip() or None
-        if disk is not None and disk not in scn.disks:
-            raise ScenarioError(path, f"row {i}.disk", f"{disk!r}: expected a disk of the scenario "
+        if t.disk is not None and t.disk not in scn.disks:
+            raise ScenarioError(path, f"row {i}.disk", f"{t.disk!r}: expected a disk of the scenario "
                                 f"({sorted(scn.disks)})")
-        loader = (r.get("loader") or "").strip() or None
-        if loader is not None and loader not in PATHS:
-            raise ScenarioError(path, f"row {i}.loader", f"{loader!r}: expected one of {', '.join(PATHS)} (or blank: "
-                                "the machine's)")
-        quantity = (r.get("quantity") or "").strip()
-        if quantity not in QUANTITIES:
-            raise ScenarioError(path, f"row {i}.quantity", f"{quantity!r}: expected one of {', '.join(QUANTITIES)}")
+        if t.loader is not None and t.loader not in PATHS:
+            raise ScenarioError(path, f"row {i}.loader", f"{t.loader!r}: expected one of {', '.join(PATHS)} (or "
+                                "blank: the machine's)")
         if quantity.startswith("h2d") and scn.machines[machine].kind != "discrete":
             raise ScenarioError(path, f"row {i}.machine", f"{machine!r} has no GPU behind a link: expected a discrete "
                                 f"machine for {quantity}")
-        if (loader or scn.machines[machine].loader.kind) == "generic" and quantity != "h2d_pinned_gbps":
+        if (t.loader or scn.machines[machine].loader.kind) == "generic" and quantity != "h2d_pinned_gbps":
             raise ScenarioError(path, f"row {i}.loader", "a generic loader: expected a real loader kind here or on "
                                 f"the machine ({', '.join(PATHS)})")
-        role = (r.get("role") or "").strip()
-        if role not in ("fit", "check"):
-            raise ScenarioError(path, f"row {i}.role", f"{role!r}: expected fit or check")
-        params = tuple(p.strip() for p in (r.get("parameters") or "").split(";") if p.strip())
-        if role == "fit" and not params:
-            raise ScenarioError(path, f"row {i}.parameters", "blank: a fit row names the parameters it pins")
-        for p in params:
+        for p in t.parameters:
             if p.rsplit(".", 1)[-1] not in BOUNDS or not _exists(tree, p):
                 raise ScenarioError(path, f"row {i}.parameters", f"{p!r}: expected the dotted path of a parameter "
                                     f"of the scenario ending in one of {', '.join(BOUNDS)}")
-        cache = (r.get("cache") or "cold").strip() or "cold"
-        if cache not in ("cold", "warm"):
-            raise ScenarioError(path, f"row {i}.cache", f"{cache!r}: expected cold or warm")
-        file_gb = file_size_gb(r, path, i, quantity == "start_s", scn)
-        out.append(Row(row_id, machine, disk, loader, quantity,
-                       number(r, "request_kib", path, i, quantity == "direct_read_gbps", SIZE_KIB), file_gb,
-                       number(r, "gpu_gb", path, i, False, SIZE_GB) or 0.0, cache,
-                       number(r, "measured", path, i, quantity=MEASURED[quantity]), role, params, path))
+        out.append(Row(t.row_id, machine, t.disk, t.loader, quantity, t.request_kib,
+                       check_file_size(t.file_gb, path, i, scn), t.gpu_gb or 0.0, t.cache, t.measured, t.role,
+                       t.parameters, path))
     return out
 
 
@@ -258,7 +234,7 @@ def calibration_yaml(result: LoadsFit, scenario: str, table: str, out_file: str 
     from sim.config.yaml_io import dump_yaml
 
     here = os.path.dirname(os.path.abspath(out_file)) if out_file else os.getcwd()
-    prov, _ = read_measured(table)
+    prov = read_provenance(table)
     header = ["# Loader calibration written by `sim fit-loads`; do not edit by hand.",
               "# Reproduce from the project root with:",
               f"#   sim fit-loads {scenario} --table {table}" + (f" --out {out_file}" if out_file else ""),

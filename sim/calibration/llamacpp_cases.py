@@ -10,55 +10,21 @@ calibration/models/index.yaml names each model's config file.
 
 from __future__ import annotations
 
-import math
 import os
 import re
-from dataclasses import replace
 from typing import Any
 
 from sim.calibration.llamacpp_case import Case, CaseTable
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
-from sim.formats.public_tables import read_cells
-from sim.formats.quantities import SIZE_GB, TOKENS, TOKENS_PER_S, Quantity
+from sim.formats.llama_bench_tables import BenchTableRow, read_bench_table
 
 TABLES = ("offload_sweeps.csv", "backends_llamabench.csv", "depth_sweeps_cuda.csv", "moe_full_gpu_consumer.csv",
           "unified_memory_llamabench.csv", "unified_memory_concurrency.csv")
 BATCHED = "unified_memory_concurrency.csv"  # its llama-batched-bench rows (serving sweeps: sim.fidelity.concurrency)
 SETUPS = os.path.join("calibration", "llamacpp_setups.yaml")
 MODELS = os.path.join("calibration", "models", "index.yaml")
-RATES = ("pp_tok_s", "tg_tok_s", "pp_tok_s_aggregate", "output_tok_s")  # read whole (_float)
-COUNTS = ("n_prompt", "n_gen", "n_depth_kv", "ctx_tokens", "input_tokens", "output_tokens", "max_model_len")  # _int
-COLUMNS: dict[str, Quantity] = {"vram_used_gib": replace(SIZE_GB, unit="GiB")} | dict.fromkeys(RATES, TOKENS_PER_S) \
-    | dict.fromkeys(COUNTS, TOKENS)  # the numbers a row holds that a case is made of
-
-
-def _int(value: Any) -> int | None:
-    """The leading integer of a cell (``"10 (placement label moe10)"`` -> 10), None when blank or not a number."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    m = re.match(r"\s*~?(-?\d+)", str(value))
-    return int(m.group(1)) if m else None
-
-
-def _float(value: Any) -> float | None:
-    if value is None:
-        return None
-    m = re.match(r"\s*~?(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*$", str(value))
-    return float(m.group(1)) if m else None
-
-
-def check_row(row: dict, path: str) -> None:
-    """A one-line ScenarioError at ``path``, ``row ROW_ID.COLUMN`` when a number of ``row`` (a table's row, as
-    :func:`_float` or :func:`_int` reads its cell) is outside its column's range (:data:`COLUMNS`)."""
-    for column, quantity in COLUMNS.items():
-        value = (_int if column in COUNTS else _float)(row.get(column))
-        why = None if value is None else quantity.problem(value)
-        if why:
-            raise ScenarioError(path, f"row {row.get('row_id')}.{column}", why)
-
-
 def row_backend(text: str | None) -> tuple[str | None, str | None]:
     """The backend (and for Vulkan its cooperative-matrix kind) a row's ``backend`` column names, or None."""
     t = (text or "").lower()
@@ -81,38 +47,34 @@ def row_backend(text: str | None) -> tuple[str | None, str | None]:
     return None, None
 
 
-def row_settings(row: dict) -> dict:
+def row_settings(row: BenchTableRow) -> dict:
     """llama.cpp settings a table row's own columns give."""
     s: dict[str, Any] = {}
-    ngl = _int(row.get("ngl"))
-    if ngl is not None:
-        s["n_gpu_layers"] = 0 if ngl < 0 else ngl
-    elif str(row.get("ngl") or "").strip().lower().startswith("all"):
+    if row.ngl is not None:
+        s["n_gpu_layers"] = 0 if row.ngl < 0 else row.ngl
+    elif row.ngl_text.strip().lower().startswith("all"):
         s["n_gpu_layers"] = 999
-    ncmoe = str(row.get("n_cpu_moe") or "").strip().lower()
-    if ncmoe == "all":
+    if row.n_cpu_moe_text.strip().lower() == "all":
         s["cpu_moe"] = True
-    elif _int(row.get("n_cpu_moe")) is not None:
-        s["n_cpu_moe"] = _int(row.get("n_cpu_moe"))
-    for col, key in (("ubatch", "ubatch_size"), ("batch", "batch_size")):
-        v = _int(row.get(col))
+    elif row.n_cpu_moe is not None:
+        s["n_cpu_moe"] = row.n_cpu_moe
+    for v, key in ((row.ubatch, "ubatch_size"), (row.batch, "batch_size")):
         if v:
             s[key] = v
-    threads = _int(row.get("cpu_threads_used"))
-    if threads:
-        s["threads"] = threads
-    kv = str(row.get("kv_type") or "").lower()
+    if row.cpu_threads_used:
+        s["threads"] = row.cpu_threads_used
+    kv = row.kv_type.lower()
     types = re.findall(r"\b(f16|f32|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl)\b", kv)
     if len(types) >= 2:
         s["cache_type_k"], s["cache_type_v"] = types[0], types[1]
     elif len(types) == 1:
         s["cache_type_k"] = s["cache_type_v"] = types[0]
-    fa = str(row.get("flash_attn") or "").strip().lower()
+    fa = row.flash_attn.strip().lower()
     if fa.startswith(("1", "on", "true", "yes")):
         s["flash_attn"] = True
     elif fa.startswith(("0", "off", "false", "no")):
         s["flash_attn"] = False
-    if str(row.get("engine", "")).lower().startswith("ik_llama"):
+    if row.engine.lower().startswith("ik_llama"):
         s["build"] = "ik_llama.cpp"
     return s
 
@@ -193,16 +155,15 @@ def read_cases(root: str, tables: tuple[str, ...] = TABLES) -> CaseTable:
     scenarios: dict[tuple, Scenario] = {}
     for table in tables:
         path = os.path.join(root, "calibration", "public", table)
-        for row in read_cells(path):
-            check_row(row, path)
+        for row in read_bench_table(path):
             _row_cases(table, row, setups, index, setups_path, root, scenarios, out)
     return out
 
 
-def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: str, root: str,
+def _row_cases(table: str, row: BenchTableRow, setups: dict, index: dict, setups_path: str, root: str,
                scenarios: dict, out: CaseTable) -> None:
-    setup, rid, source_id = row["setup_id"], row["row_id"], row["source_id"]
-    if table == BATCHED and "batched-bench" not in str(row.get("engine") or ""):
+    setup, rid, source_id = row.setup_id, row.row_id, row.source_id
+    if table == BATCHED and "batched-bench" not in row.engine:
         return  # a serving sweep under load: the concurrency domain's row
 
     def exclude(why: str) -> None:
@@ -219,7 +180,7 @@ def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: st
         return exclude(str(source["excluded"]))
     if row_spec.get("excluded"):
         return exclude(str(row_spec["excluded"]))
-    model_key = f"{row['model']}|{row['quant']}"
+    model_key = f"{row.model}|{row.quant}"
     model = (spec.get("models") or {}).get(model_key)
     if model is None:
         return exclude(f"model {model_key!r} not mapped")
@@ -230,7 +191,7 @@ def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: st
     if file is None:
         return exclude(f"no published config of {repo} (calibration/models/index.yaml)")
     model_file = os.path.join(root, "calibration", "models", file)
-    col_backend, col_vulkan = row_backend(row.get("backend"))
+    col_backend, col_vulkan = row_backend(row.backend)
     backend = row_spec.get("backend") or source.get("backend") or col_backend or spec.get("backend") or "cuda"
     vulkan = (row_spec.get("vulkan_matrix") or source.get("vulkan_matrix") or col_vulkan
               or spec.get("vulkan_matrix")) if backend == "vulkan" else None
@@ -266,25 +227,25 @@ def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: st
     settings["backend"] = backend
     if vulkan:
         settings["vulkan_matrix"] = vulkan
-    test_name = str(row.get("test_name") or "")
-    if "sweep-bench" in test_name and _int(row.get("ctx_tokens")):
-        settings["ctx_size"] = _int(row.get("ctx_tokens"))
+    test_name = row.test_name
+    if "sweep-bench" in test_name and row.ctx_tokens:
+        settings["ctx_size"] = row.ctx_tokens
     try:
         lc = LlamaCpp(**settings)
     except Exception as exc:  # noqa: BLE001 - a mapping mistake in the setups file, said in one line
         raise ScenarioError(setups_path, f"setups.{setup}", f"row {rid}: settings {settings}: {exc}") from None
     if table == BATCHED:
         return _batched_cases(row, settings, setups_path, dict(table=table, row_id=rid, source=source_id, setup=setup,
-                              grade=row.get("grade") or "", scenario=scenarios[key], backend=backend,
-                              memory_arch=str(row.get("memory_arch") or "unified")), out)
-    depth = _int(row.get("n_depth_kv")) or 0
+                              grade=row.grade, scenario=scenarios[key], backend=backend,
+                              memory_arch=str(row.memory_arch or "unified")), out)
+    depth = row.n_depth_kv or 0
     lengths = row_spec.get("lengths") or {}
-    common = dict(table=table, row_id=rid, source=source_id, setup=setup, grade=row.get("grade") or "",
+    common = dict(table=table, row_id=rid, source=source_id, setup=setup, grade=row.grade,
                   scenario=scenarios[key], settings=lc, depth=depth, backend=backend,
-                  engine=lc.build, memory_arch=str(row.get("memory_arch") or "discrete"))
-    label = f"{row['model']} {row['quant']} {test_name}".strip()
+                  engine=lc.build, memory_arch=str(row.memory_arch or "discrete"))
+    label = f"{row.model} {row.quant} {test_name}".strip()
     for quantity, col, n_col in (("pp_tok_s", "pp_tok_s", "n_prompt"), ("tg_tok_s", "tg_tok_s", "n_gen")):
-        measured, tokens = _float(row.get(col)), _int(row.get(n_col)) or lengths.get(n_col)
+        measured, tokens = getattr(row, col), getattr(row, n_col) or lengths.get(n_col)
         if measured is None:
             continue
         if not tokens:
@@ -298,18 +259,18 @@ def _row_cases(table: str, row: dict, setups: dict, index: dict, setups_path: st
         if quantity == "tg_tok_s" and lengths.get("tg_depth") is not None:
             case.depth = int(lengths["tg_depth"])
         out.cases.append(case)
-    vram = _float(row.get("vram_used_gib"))
+    vram = row.vram_used_gib
     if vram is not None and not row_spec.get("vram_excluded"):
         kind = row_spec.get("vram") or source.get("vram") or spec.get("vram") or "total"
         out.cases.append(Case(quantity="vram_gib", measured=vram, vram=kind, label=label, **common))
-    elif row.get("vram_used_gib") and vram is None:
-        exclude(f"vram_used_gib {row['vram_used_gib']!r}: not one number")
+    elif row.vram_used_gib_text and vram is None:
+        exclude(f"vram_used_gib {row.vram_used_gib_text!r}: not one number")
 
 
-def _batched_cases(row: dict, settings: dict, setups_path: str, common: dict, out: CaseTable) -> None:
+def _batched_cases(row: BenchTableRow, settings: dict, setups_path: str, common: dict, out: CaseTable) -> None:
     """A llama-batched-bench row: S_TG and S_PP of B sequences of PP prompt and TG generated tokens, with the
     run's -c (max_model_len, n_kv_max) and the -b, -ub and -fa its notes give."""
-    notes = str(row.get("notes") or "")
+    notes = row.notes
     for pattern, key in ((r"n_batch (\d+)", "batch_size"), (r"n_ubatch (\d+)", "ubatch_size")):
         m = re.search(pattern, notes)
         if m:
@@ -317,10 +278,9 @@ def _batched_cases(row: dict, settings: dict, setups_path: str, common: dict, ou
     m = re.search(r"flash_attn ([01])", notes)
     if m:
         settings["flash_attn"] = m.group(1) == "1"
-    pp, tg, b = _int(row.get("input_tokens")), _int(row.get("output_tokens")), _int(row.get("concurrency"))
-    n_kv = _int(row.get("max_model_len"))
+    pp, tg, b, n_kv = row.input_tokens, row.output_tokens, row.concurrency, row.max_model_len
     if not (pp and tg and b and n_kv):
-        out.excluded.append((BATCHED, row["row_id"], common["source"], common["setup"],
+        out.excluded.append((BATCHED, row.row_id, common["source"], common["setup"],
                              "PP, TG, B or n_kv_max not stated"))
         return
     settings["ctx_size"] = n_kv
@@ -328,11 +288,11 @@ def _batched_cases(row: dict, settings: dict, setups_path: str, common: dict, ou
     try:
         lc = LlamaCpp(**settings)
     except Exception as exc:  # noqa: BLE001 - a mapping mistake in the setups file, said in one line
-        raise ScenarioError(setups_path, f"setups.{common['setup']}", f"row {row['row_id']}: settings {settings}: "
+        raise ScenarioError(setups_path, f"setups.{common['setup']}", f"row {row.row_id}: settings {settings}: "
                             f"{exc}") from None
-    label = f"{row['model']} {row['quant']} batched-bench PP {pp} TG {tg} B {b}"
+    label = f"{row.model} {row.quant} batched-bench PP {pp} TG {tg} B {b}"
     for quantity, col, tokens in (("bpp_tok_s", "pp_tok_s_aggregate", b * pp), ("btg_tok_s", "output_tok_s", b * tg)):
-        measured = _float(row.get(col))
+        measured = getattr(row, col)
         if measured is None:
             continue
         out.cases.append(Case(quantity=quantity, measured=measured, tokens=tokens, depth=pp, batch=b, label=label,

@@ -6,7 +6,7 @@ import os
 
 from sim.calibration.fit_loading import FitResult
 from sim.config.yaml_io import dump_yaml
-from sim.formats.measured_tables import read_measured
+from sim.formats.measured_tables import read_provenance
 
 
 def calibration_yaml(result: FitResult, scenario: str, tables: list[str], out_file: str | None) -> str:
@@ -18,7 +18,7 @@ def calibration_yaml(result: FitResult, scenario: str, tables: list[str], out_fi
               + (f" --out {out_file}" if out_file else ""),
               "# Measurements used (provenance as in each table's header):"]
     for t in tables:
-        prov, _ = read_measured(t)
+        prov = read_provenance(t)
         header += [f"#   {t}: {line}" for line in prov[:1]]
     header.append("# Parameters under exactly_determined are pinned by the data, no check left (no error estimate);")
     header.append("# pcie.efficiency is shared by all PCIe machines: over-determined by two or more measured links.")

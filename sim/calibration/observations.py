@@ -6,9 +6,8 @@ length and acceptance, and each measured figure a target."""
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -16,17 +15,12 @@ from sim.calibration.targets import Experiment, Target, TargetBuilder
 from sim.config.calibrate import Calibrate
 from sim.config.scenario import Scenario
 from sim.core.errors import ScenarioError
-from sim.formats.measured_tables import read_measured
-from sim.formats.quantities import SECONDS, SHARE, TOKENS, TOKENS_PER_S, Quantity
+from sim.formats.request_tables import finite, read_request_table
 
 RATES = ("prefill_tok_s", "decode_tok_s", "ttft_s")
 SHARES = ("expert_hit_rate", "pcie_share")
 REPLAY = "requests"
 ALIASES = {"hit_rate": "expert_hit_rate"}  # the column name of requests.csv (sim run --out) and of request tables
-# What a request table's cells are (checked where the table is read; engine logs' rows are checked by their reader)
-CELLS: dict[str, Quantity] = {"prompt_tokens": TOKENS, "cached_tokens": TOKENS, "output_tokens": TOKENS,
-                              "prefill_tok_s": TOKENS_PER_S, "decode_tok_s": TOKENS_PER_S, "ttft_s": SECONDS,
-                              "expert_hit_rate": SHARE, "hit_rate": SHARE, "pcie_share": SHARE, "acceptance": SHARE}
 
 
 # What an engine's logged PCIe share counts, over routed experts. Strata: "more read by the GPU over PCIe or from
@@ -46,31 +40,10 @@ class Observation:
     engine: str = ""  # the log format it came from ("" for a request table)
 
 
-def _num(value) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def is_request_table(path: str) -> bool:
-    """A table of requests (replayed one by one) rather than a table of measured cells."""
-    _, rows = read_measured(path)
-    return bool(rows) and {"prompt_tokens", "output_tokens"} <= set(rows[0])
-
-
-def request_rows(path: str) -> list[dict[str, str]]:
-    """The rows of a request table, each number of :data:`CELLS` in its quantity's range: a value below 0 or above
-    the quantity's bound is a one-line error naming the row and column (blank, non-numeric and non-finite cells
-    stay what they were, not measured; 0 too, as ``sim run --out`` writes a rate it could not measure)."""
-    _, table = read_measured(path)
-    for i, row in enumerate(table, start=1):
-        for column, quantity in CELLS.items():
-            v = _num(row.get(column))
-            if v is not None and (v < 0 or v > quantity.hi):
-                raise ScenarioError(path, f"row {i}.{column}", quantity.problem(v) or quantity.expected())
-    return table
+def table_rows(path: str) -> list[dict[str, float | str | None]]:
+    """The requests of a request table (:func:`sim.formats.request_tables.read_request_table`) as rows keyed like an
+    engine log's."""
+    return [{f.name: getattr(r, f.name) for f in fields(r) if f.name != "line"} for r in read_request_table(path)]
 
 
 def observations(logs: list[str], tables: list[str]) -> list[Observation]:
@@ -83,23 +56,23 @@ def observations(logs: list[str], tables: list[str]) -> list[Observation]:
             file, _, line = str(r["line"]).rpartition(":")
             rows.append((f"{os.path.basename(file)}:{line}", r))
     for path in tables:
-        rows += [(f"{os.path.basename(path)} row {i}", r) for i, r in enumerate(request_rows(path), start=1)]
+        rows += [(f"{os.path.basename(path)} row {i}", r) for i, r in enumerate(table_rows(path), start=1)]
     out = []
     for where, r in rows:
-        prompt, output = _num(r.get("prompt_tokens")), _num(r.get("output_tokens"))
+        prompt, output = finite(r.get("prompt_tokens")), finite(r.get("output_tokens"))
         if prompt is None or output is None or output < 1:
             continue  # statistics lines and partial rows carry no request to replay
         r = {ALIASES.get(k, k): v for k, v in r.items()}
-        measured = {k: v for k in (*RATES, *SHARES) if (v := _num(r.get(k))) is not None}
-        cached = _num(r.get("cached_tokens")) or 0
-        acc = _num(r.get("acceptance"))
+        measured = {k: v for k in (*RATES, *SHARES) if (v := finite(r.get(k))) is not None}
+        cached = finite(r.get("cached_tokens")) or 0
+        acc = finite(r.get("acceptance"))
         if prompt < 0 or cached < 0 or cached > prompt or (acc is not None and not 0 <= acc <= 1):
             raise ScenarioError(where, "prompt_tokens" if prompt < 0 else "cached_tokens" if cached < 0 or
                                 cached > prompt else "acceptance",
                                 "prompt >= cached >= 0 tokens and an acceptance fraction in [0, 1]")
         if cached >= prompt:
             measured.pop("prefill_tok_s", None)
-        out.append(Observation(where, int(prompt), cached_tokens=int(_num(r.get("cached_tokens")) or 0),
+        out.append(Observation(where, int(prompt), cached_tokens=int(finite(r.get("cached_tokens")) or 0),
                                output_tokens=int(output), acceptance=float("nan") if acc is None else acc,
                                measured=measured, engine=str(r.get("engine") or "")))
     return out

@@ -25,14 +25,12 @@ when the simulated range across layers lies inside them (error: the distance fro
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from sim.core.errors import ScenarioError
-from sim.formats.measured_tables import read_measured
+from sim.formats.routing_stats import RoutingStatistic, read_routing_table
 from sim.moe.expert_cache import lru_cold_hit_rates
 from sim.moe.routing import (
     RoutingLaw,
@@ -43,7 +41,6 @@ from sim.moe.routing import (
     zipf_weights,
 )
 
-MAX_TABLE_BYTES, MAX_TABLE_ROWS = 16 * 2**20, 100_000  # a routing table's bytes and lines (the shipped: 29 KB)
 MAX_LAYER_EXPERTS = 2**16  # MoE layers x experts per layer of a model the fit takes (the shipped: 48 x 128)
 MAX_PROMPT_TOKENS, GAP_CELLS = 100_000, 2**22  # a prompt's tokens a layer; reuse gaps x layers x experts at a time
 PROMPTS = 10  # the source's prompts per model
@@ -110,36 +107,6 @@ HELD = {"exponent_depth_slope": (0.0, "the fitted rows pool every layer (per-lay
 EXPONENT = ("1", 0.0, 4.0, 1.0)
 
 
-def _range(text: str, path: str, row: str) -> tuple[float, float]:
-    m = re.match(r"\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*-\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*(%?)", text)  # 78-106, 3-9%
-    if not m:
-        raise ScenarioError(path, f"row {row}.metric_value", f"{text!r}: expected a range a-b")
-    scale = 0.01 if m.group(3) else 1.0
-    return float(m.group(1)) * scale, float(m.group(2)) * scale
-
-
-def _int(text: str, path: str, key: str) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        shown = repr(str(text)[:40]) if str(text).strip() else "missing value"
-        raise ScenarioError(path, key, f"{shown}: expected a whole number from 1 to 999,999") from None
-    if not 0 < value < 10**6:
-        raise ScenarioError(path, key, f"{value}: expected a whole number from 1 to 999,999")
-    return value
-
-
-def _float(text: str, path: str, key: str, lo: float, hi: float) -> float:
-    try:
-        value = float(str(text).strip().lstrip("~"))
-    except ValueError:
-        shown = repr(str(text)[:40]) if str(text).strip() else "missing value"
-        raise ScenarioError(path, key, f"{shown}: expected a number from {lo:g} to {hi:g}") from None
-    if not (lo <= value <= hi) or math.isnan(value):
-        raise ScenarioError(path, key, f"{value:g}: expected a number from {lo:g} to {hi:g}")
-    return value
-
-
 def geometry_problem(layers: int, experts: int, tokens: int = 0) -> str | None:
     """Why ``layers`` x ``experts`` or prompts of ``tokens`` tokens a layer are beyond the fit's arrays, or None."""
     if tokens > MAX_PROMPT_TOKENS:
@@ -149,77 +116,35 @@ def geometry_problem(layers: int, experts: int, tokens: int = 0) -> str | None:
                                                     f"at most {MAX_LAYER_EXPERTS:,} for the routing fit")
 
 
+TOLERANCES = {"reuse_median": 1.0, "reuse_p90": 2.0, "distinct_range": 4.0, "top8_range": 0.03,
+              "entropy_range": 0.2}  # in each statistic's unit; the others: TOL_POINT (overlap_d "~": TOL_ROUGH)
+
+
+def observation(stat: RoutingStatistic) -> Observation:
+    """The observation a routing table's statistic is to the fit: its tolerance, and the prompt of ``PROMPT_TOKENS``
+    named by the row when the workload states none."""
+    tolerance = TOLERANCES.get(stat.statistic, TOL_POINT)
+    if stat.statistic == "overlap_d" and stat.approximate:
+        tolerance = TOL_ROUGH
+    overlap = stat.statistic == "overlap"
+    return Observation(stat.row_id, stat.model, stat.statistic, stat.value, stat.role, stat.layers, stat.experts,
+                       stat.top_k, capacity=stat.capacity, distances=stat.distances,
+                       prompt=(stat.prompt or stat.table_row) if overlap else "",
+                       tokens=(PROMPT_TOKENS if stat.tokens is None else stat.tokens) if overlap else 0,
+                       tolerance=tolerance, unit=stat.unit)
+
+
 def read_table(path: str) -> list[Observation]:
-    """The observations of a routing table (the columns of ``expert_cache.csv``; ``#`` lines are comments), read as
-    every measured table is (:func:`sim.formats.measured_tables.read_measured`: a short row's last cells blank). A row
-    this module does not understand, or a bad cell, is a ScenarioError naming the row and column."""
-    _, rows = read_measured(path, max_bytes=MAX_TABLE_BYTES, max_lines=MAX_TABLE_ROWS)
-    need = ("row_id", "source_id", "model", "n_moe_layers", "n_experts", "top_k", "metric_name", "metric_value",
-            "hit_rate_pct", "cache_slots_per_layer", "workload")
-    missing = [c for c in need if c not in rows.columns]
-    if missing:
-        raise ScenarioError(path, missing[0], "a column of the routing table (the columns of expert_cache.csv)")
-    out: list[Observation] = []
-    for r in rows:
-        rid = (r.get("row_id") or "").strip() or "?"
-        key = f"row {rid}"
-        role = (r.get("role") or "fit").strip() or "fit"
-        if role not in ("fit", "check"):
-            raise ScenarioError(path, f"{key}.role", f"{role!r}: expected fit or check")
-        geo = dict(model=r["model"].strip(), layers=_int(r["n_moe_layers"], path, f"{key}.n_moe_layers"),
-                   experts=_int(r["n_experts"], path, f"{key}.n_experts"), top_k=_int(r["top_k"], path, f"{key}.top_k"),
-                   role=role)
-        if geo["top_k"] > geo["experts"]:
-            raise ScenarioError(path, f"{key}.top_k", "more than n_experts")
-        if too_large := geometry_problem(geo["layers"], geo["experts"]):
-            raise ScenarioError(path, f"{key}.n_experts", too_large)
-        name = (r["metric_name"] or "").strip().lower()
-        value = (r["metric_value"] or "").strip()
-        policy = (r.get("cache_policy") or "lru").lower()
-        if r["hit_rate_pct"].strip() and ("static" in policy or "lru" in policy):
-            out.append(Observation(rid, quantity="static_hit_rate" if "static" in policy else "lru_hit_rate",
-                                   capacity=_int(r["cache_slots_per_layer"], path, f"{key}.cache_slots_per_layer"),
-                                   measured=_float(r["hit_rate_pct"], path, f"{key}.hit_rate_pct", 0, 100) / 100,
-                                   **geo))
-        elif name.startswith("mean consecutive-token expert overlap"):
-            m = re.match(r"\s*([\w.-]+):\s*(\d+)\s*tokens", r["workload"])
-            tokens = min(int(m.group(2)[:13]), 10**12) if m else PROMPT_TOKENS  # 13 digits: far beyond the bound
-            if too_long := geometry_problem(0, 0, tokens):
-                raise ScenarioError(path, f"{key}.workload", too_long)
-            out.append(Observation(rid, quantity="overlap", measured=_float(value, path, f"{key}.metric_value", 0, 1),
-                                   prompt=m.group(1) if m else rid, tokens=tokens, **geo))
-        elif name.startswith("overlap vs distance"):
-            dists = re.findall(r"d=(\d{1,9}(?:-\d{1,9})?(?:/\d{1,9}(?:-\d{1,9})?)*)", name)  # d=1/2/8-16
-            parts = [p.strip() for p in value.split("/")]
-            labels = dists[0].split("/") if dists else []
-            if len(parts) != len(labels) or not parts:
-                raise ScenarioError(path, f"{key}.metric_value", f"{value!r}: expected one value per distance")
-            for label, part in zip(labels, parts, strict=True):
-                ends = tuple(int(x) for x in label.split("-"))
-                out.append(Observation(f"{rid}/d{label}", quantity="overlap_d", distances=ends,
-                                       measured=_float(part, path, f"{key}.metric_value", 0, 1),
-                                       tolerance=TOL_ROUGH if "~" in part else TOL_POINT, **geo))
-        elif name.startswith("median reuse distance"):
-            out.append(Observation(rid, quantity="reuse_median", unit="tokens",
-                                   measured=_float(value, path, f"{key}.metric_value", 0, 1e6), tolerance=1.0, **geo))
-        elif name.startswith("median per-layer p90 reuse distance"):
-            out.append(Observation(rid, quantity="reuse_p90", unit="tokens",
-                                   measured=_float(value, path, f"{key}.metric_value", 0, 1e6), tolerance=2.0, **geo))
-        elif name.startswith("experts used per layer"):
-            out.append(Observation(rid, quantity="distinct_range", unit="experts", tolerance=4.0,
-                                   measured=_range(value, path, rid), **geo))
-        elif name.startswith("top-1 expert share"):
-            out.append(Observation(rid, quantity="top1_range", measured=_range(value, path, rid), **geo))
-        elif name.startswith("top-8 expert share"):
-            out.append(Observation(rid, quantity="top8_range", measured=_range(value, path, rid), tolerance=0.03,
-                                   **geo))
-        elif name.startswith("routing entropy"):
-            out.append(Observation(rid, quantity="entropy_range", unit="bits", measured=_range(value, path, rid),
-                                   tolerance=0.2, **geo))
-        else:
-            raise ScenarioError(path, f"{key}.metric_name", f"{name[:60]!r}: not a routing statistic this fit reads")
-    if not out:
-        raise ScenarioError(path, "", "no rows")
+    """The observations of a routing table (:func:`sim.formats.routing_stats.read_routing_table`), each model's
+    geometry and each prompt's tokens within the fit's arrays (:func:`geometry_problem`, a one-line ScenarioError
+    naming the row and column)."""
+    out = []
+    for stat in read_routing_table(path):
+        if too_large := geometry_problem(stat.layers, stat.experts):
+            raise ScenarioError(path, f"row {stat.table_row}.n_experts", too_large)
+        if stat.statistic == "overlap" and (too_long := geometry_problem(0, 0, stat.tokens or 0)):
+            raise ScenarioError(path, f"row {stat.table_row}.workload", too_long)
+        out.append(observation(stat))
     return out
 
 

@@ -20,7 +20,6 @@ import fnmatch
 import json
 import math
 import os
-import re
 import zlib
 from dataclasses import dataclass, field
 
@@ -31,6 +30,7 @@ from sim.config.load import load_scenario
 from sim.config.scenario import Scenario
 from sim.config.yaml_io import read_yaml
 from sim.core.errors import ScenarioError, combined, each_error
+from sim.formats.measured_cells import measured_values, read_buckets, read_quantities
 from sim.formats.measured_tables import read_measured
 from sim.serving.served import ServedRequests
 
@@ -74,25 +74,6 @@ class Target:
 
 def _set_args(values: dict) -> tuple[str, ...]:
     return tuple(f"{k}={json.dumps(v)}" for k, v in values.items())
-
-
-_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_RANGE = re.compile(rf"\s*({_NUMBER})\s*-\s*({_NUMBER})\s*")
-
-
-def measured_values(text: str, where: str, key: str) -> list[float]:
-    """``140.6`` (or ``1.5e-3``), a range ``35-44`` or repeated runs ``417;421;455``: the measured values of a cell."""
-    raw = str(text).strip()
-    whole = _RANGE.fullmatch(raw)
-    parts = raw.split(";") if ";" in raw else list(whole.groups()) if whole else [raw]
-    try:
-        values = [float(p) for p in parts]
-    except ValueError:
-        raise ScenarioError(where, key, f"bad value {raw[:40]!r}: expected a number, a range a-b or values a;b;c"
-                            ) from None
-    if not all(math.isfinite(v) for v in values):
-        raise ScenarioError(where, key, f"bad value {raw[:40]!r}: expected finite numbers")
-    return values
 
 
 class TargetBuilder:
@@ -162,25 +143,18 @@ class TargetBuilder:
         if spec is None:
             raise ScenarioError(self.where, key, "how this table maps onto the scenario (kind: quantities, rows or "
                                 "buckets), or a table of requests with prompt_tokens and output_tokens columns")
-        _, rows = read_measured(table_path)
         reader = {"quantities": self._quantities, "rows": self._rows, "buckets": self._buckets}[spec.kind]
-        return reader(name, table_path, rows, spec, key)
+        return reader(name, table_path, spec, key)
 
-    def _quantities(self, name: str, path: str, rows: list[dict], spec: TableMap, key: str) -> list[Target]:
-        if rows and not {"quantity", "value"} <= set(rows[0]):
-            raise ScenarioError(path, "", "a quantities table: columns quantity and value")
-        by_name: dict = {}
-        for line, r in enumerate(rows, start=1):
-            if r.get("quantity") in by_name:
-                raise ScenarioError(path, f"row {line}.quantity", f"{r.get('quantity')!r} appears twice")
-            by_name[r.get("quantity")] = r
+    def _quantities(self, name: str, path: str, spec: TableMap, key: str) -> list[Target]:
+        by_name = read_quantities(path)
         out = []
         for quantity, cell in spec.cells.items():
             row = by_name.get(quantity)
             if row is None:
                 raise ScenarioError(path, quantity, f"missing: {self.where} ({key}.cells) expects a row with this "
                                     "quantity")
-            out.append(self.cell(f"{name} {quantity}", path, value=row.get("value") or "", spec=cell,
+            out.append(self.cell(f"{name} {quantity}", path, value=row.value, spec=cell,
                                  default_variant=spec.variant, sets=[spec.set], key=quantity,
                                  spec_key=f"{key}.cells.{quantity}"))
         return out
@@ -197,7 +171,8 @@ class TargetBuilder:
             values[target] = int(v) if v.is_integer() and isinstance(col, str) else v
         return values
 
-    def _rows(self, name: str, path: str, rows: list[dict], spec: TableMap, key: str) -> list[Target]:
+    def _rows(self, name: str, path: str, spec: TableMap, key: str) -> list[Target]:
+        _, rows = read_measured(path)  # as text: the scenario's map says which cells are numbers (measured_values)
         if not spec.row_key:
             raise ScenarioError(self.where, f"{key}.row_key", "the column naming each row")
         names = {(row.get(spec.row_key) or "").strip() for row in rows}
@@ -229,49 +204,17 @@ class TargetBuilder:
                                      sets=[spec.set, values], key=f"row {line}.{col}", spec_key=f"{key}.cells.{col}"))
         return out
 
-    def _buckets(self, name: str, path: str, rows: list[dict], spec: TableMap, key: str) -> list[Target]:
-        columns = ("bucket_by", "low_pct", "high_pct", "decode_tok_s")
-        if rows and not set(columns) <= set(rows[0]):
-            raise ScenarioError(path, "", f"a buckets table: columns {', '.join(columns)} (a blank high_pct: no "
-                                "upper edge)")
+    def _buckets(self, name: str, path: str, spec: TableMap, key: str) -> list[Target]:
+        buckets = read_buckets(path)
         exps = tuple(self.experiment(v, f"{key}.pool", spec.set) for v in spec.pool)
         out = []
-        for line, row in enumerate(rows, start=1):
-            try:
-                by = row["bucket_by"]
-                lo = float(row["low_pct"])
-                hi = None if (row.get("high_pct") or "").strip() == "" else float(row["high_pct"])
-                rate = float(row["decode_tok_s"])
-            except (KeyError, TypeError, ValueError):
-                raise ScenarioError(path, f"row {line}", "bucket_by, low_pct, high_pct (blank: no upper edge) and "
-                                    "decode_tok_s") from None
-            _check_edges(path, line, lo, hi)
-            if not (math.isfinite(rate) and rate > 0):
-                raise ScenarioError(path, f"row {line}.decode_tok_s", f"bad value {rate:g}: expected a positive, "
-                                    "finite decode rate (tok/s)")
-            if by not in ("pcie_spill", "hit_rate"):
-                raise ScenarioError(path, f"row {line}.bucket_by", f"bad value {by!r}: expected pcie_spill or "
-                                    "hit_rate")
+        for b in buckets:
+            by, lo, hi, rate = b.by, b.low_pct, b.high_pct, b.decode_tok_s
             tname = f"{name} {by} {lo:g}-{'up' if hi is None else format(hi, 'g')}"
             role, note = self.role(tname)
             out.append(Target(tname, path, measured=rate, kind="rate", tolerance=spec.tolerance, metric="decode_tok_s",
                               experiments=exps, how="bucket", role=role, note=note, where=(by, lo, hi)))
         return out
-
-
-def _check_edges(path: str, line: int, lo: float, hi: float | None) -> None:
-    """A bucket's edges are percentages: 0 <= low_pct <= 100 and low_pct < high_pct <= 100 (blank high_pct: no
-    upper edge; ``0, 0``: exactly zero); otherwise no request could fall in it and its mean decode would be NaN."""
-    if not (math.isfinite(lo) and 0 <= lo <= 100):
-        raise ScenarioError(path, f"row {line}.low_pct", f"bad value {lo:g}: expected a percentage from 0 to 100")
-    if hi is None:
-        return
-    if not (math.isfinite(hi) and 0 <= hi <= 100):
-        raise ScenarioError(path, f"row {line}.high_pct", f"bad value {hi:g}: expected a percentage from 0 to 100, or "
-                            "blank (no upper edge)")
-    if hi < lo or (hi == lo and lo != 0):
-        raise ScenarioError(path, f"row {line}.high_pct", f"bad value {hi:g}: expected more than low_pct ({lo:g}) "
-                            "(an inverted or empty bucket; 0 and 0: requests of exactly zero)")
 
 
 def without_calibration(path: str, exclude: str | None) -> list[str]:

@@ -15,7 +15,7 @@ import numpy as np
 from sim.core.errors import ScenarioError
 from sim.core.progress import progress
 from sim.core.units import GB, GIB
-from sim.formats.measured_tables import number, read_measured, require_columns
+from sim.formats.measured_tables import read_numbers
 
 SEED = 11
 
@@ -52,6 +52,7 @@ class Cell:
 
 
 LOADING_COLUMNS = ("machine", "cold_gbps", "hot_gbps")  # link_gbps and file_gb: optional
+LOADING_RATES = ("cold_gbps", "hot_gbps", "link_gbps")  # GB/s
 
 
 def loading_cells(root: str) -> list[Cell]:
@@ -64,19 +65,17 @@ def loading_cells(root: str) -> list[Cell]:
     scn, _ = load_scenario(os.path.join(root, "scenarios", "home_lab.yaml"))
     cells = []
     paths = {name: os.path.join(root, "calibration", name) for name in ("loading_stages.csv", "loading_mac_sample.csv")}
-    tables = {name: read_measured(path)[1] for name, path in paths.items()}
-    for name, rows in tables.items():
-        require_columns(paths[name], rows, LOADING_COLUMNS, "a loading table")
+    tables = {name: read_numbers(path, dict.fromkeys(("file_gb", *LOADING_RATES)), text=("machine",),
+                                 required=LOADING_COLUMNS, what="a loading table") for name, path in paths.items()}
     with progress(sum(map(len, tables.values())) + 1, "validate loading", unit="probe") as bar:
         for name, rows in tables.items():
-            for line, row in enumerate(rows, start=1):
-                machine = (row.get("machine") or "").strip()
+            for row in rows:
+                machine, line = row.text["machine"], row.line
                 if machine not in scn.machines:
                     raise ScenarioError(paths[name], f"row {line}.machine", f"bad value {machine!r}: expected a "
                                         f"machine of scenarios/home_lab.yaml ({', '.join(sorted(scn.machines))})")
-                file_gb = number(row, "file_gb", paths[name], line, required=False)
-                measured = {key: number(row, key, paths[name], line, required=False)
-                            for key in ("cold_gbps", "hot_gbps", "link_gbps")}
+                file_gb = row.numbers["file_gb"]
+                measured = {key: row.numbers[key] for key in LOADING_RATES}
                 rep = probe_machine(scn, machine, "9B", file_gb * GB / GIB if file_gb else None)
                 for key, got in (("cold_gbps", rep.cold.gbps), ("hot_gbps", rep.hot.gbps),
                                  ("link_gbps", rep.link.gbps if rep.link else None)):

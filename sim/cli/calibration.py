@@ -224,7 +224,9 @@ def calibrate(scenario: str | None, scenario_option: str | None, logs: tuple[str
                                                                         "concurrency"]),
               help="With --public: only these domains (repeatable; default: all).")
 @click.option("-o", "--out", "out", type=click.Path(dir_okay=False), default=None,
-              help="With --public: the report to write (default: ROOT/docs/fidelity.md).")
+              help="With --public: the report to write (default: ROOT/docs/fidelity.md); the llama.cpp bands go "
+              "beside it as llamacpp_bands.yaml (default: ROOT/calibration/llamacpp_bands.yaml, which sim advise "
+              "reads).")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="With --public: processes refitting held-out groups in parallel.")
 @quiet_option
@@ -271,8 +273,12 @@ def _public(root: str, domains: list[str], out: str | None, workers: int, as_jso
     """``sim validate --public``: the benchmark, the report written atomically, a summary (or JSON) on stdout."""
     from sim.core.output import atomic_write_text, dumps
     from sim.fidelity import report
+    from sim.fidelity.llamacpp import BANDS
     from sim.fidelity.run import HEADLINE, benchmark, notes
 
+    # a report asked for elsewhere keeps its bands beside it: only the default run rewrites the shipped files
+    bands_file = os.path.join(root, BANDS) if out is None else os.path.join(os.path.dirname(os.path.abspath(out)),
+                                                                            os.path.basename(BANDS))
     out = out or os.path.join(root, "docs", "fidelity.md")
     results, missing = benchmark(root, domains or None, workers)
     command = "sim validate --public" + "".join(f" --domain {d}" for d in domains)
@@ -282,9 +288,9 @@ def _public(root: str, domains: list[str], out: str | None, workers: int, as_jso
     for name, rs, _ in results:  # the llama.cpp domain's held-out bands: what sim advise prints its rates with
         if name == "llama.cpp":
             from sim.config.yaml_io import dump_yaml
-            from sim.fidelity.llamacpp import BANDS, bands
+            from sim.fidelity.llamacpp import bands
 
-            atomic_write_text(os.path.join(root, BANDS), f"# Written by {command}: 90% bands of measured / "
+            atomic_write_text(bands_file, f"# Written by {command}: 90% bands of measured / "
                               "simulated over held-out rows (sim.llamacpp.params.BAND and BAND_WITHIN repeat "
                               "them)\n" + dump_yaml(bands(rs), width=80))
     atomic_write_text(out, text)  # last: the report is newer than every file the run writes

@@ -29,8 +29,7 @@ MAX_EVALUATIONS = 1000  # sim fit-offload's least-squares iterations (each a Jac
 MACHINE_OPTIONS = [
     click.option("--model", "model_file", default=None, help="A config.json (with --quant) or a "
                  ".gguf file; default: the scenario's model."),
-    click.option("--quant", default=None, help="Quantization of a config.json model (Q4_K_M, MXFP4_MOE, ...); sim "
-                 "advise takes several, comma-separated, and ranks them together."),
+    None,  # --quant: its help depends on the command (machine_options)
     click.option("--model-gib", type=float, default=None, help="The GGUF file's size (GiB): tensors scaled to it."),
     click.option("--gpu", default=None, help="Catalog GPU type (sim catalog), e.g. rtx4060ti_16gb."),
     click.option("--gpus", type=int, default=1, show_default=True, help="How many of that card, at most 16 "
@@ -51,10 +50,17 @@ MACHINE_OPTIONS = [
 ]
 
 
-def machine_options(fn):
-    for option in reversed(MACHINE_OPTIONS):
-        fn = option(fn)
-    return fn
+QUANT_HELP = "Quantization of a config.json model (Q4_K_M, MXFP4_MOE, ...)."
+SEVERAL_QUANTS_HELP = QUANT_HELP[:-1] + "; several, comma-separated, are ranked together."
+
+
+def machine_options(quant_help: str = QUANT_HELP):
+    """The machine and model options of sim advise and sim llama, with ``quant_help`` as --quant's help."""
+    def decorate(fn):
+        for option in reversed(MACHINE_OPTIONS):
+            fn = (option or click.option("--quant", default=None, help=quant_help))(fn)
+        return fn
+    return decorate
 
 
 def _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name, slot_gen,
@@ -118,7 +124,7 @@ def _anchor(text: str | None, base) -> dict:
 
 @main.command(short_help="Best llama.cpp placements of a model on a machine, to paste.")
 @click.argument("scenario", required=False, type=click.Path(exists=True, dir_okay=False))
-@machine_options
+@machine_options(SEVERAL_QUANTS_HELP)
 @click.option("--prompt", "n_prompt", type=int, default=512, show_default=True, help="Prompt tokens (pp test).")
 @click.option("--gen", "n_gen", type=int, default=128, show_default=True, help="Generated tokens (tg test).")
 @click.option("--depth", type=int, default=0, show_default=True, help="Context already in the KV cache (tokens).")
@@ -276,7 +282,7 @@ def fit_auto(scn, machine: str, margin_gib: float = 1.0):
 
 @main.command("llama", short_help="A pasted llama.cpp command line, run on catalog hardware.")
 @click.argument("command_line")
-@machine_options
+@machine_options()
 @click.option("--write", "write_to", default=None, type=click.Path(dir_okay=False),
               help="Write the scenario (YAML) here instead of running it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run as sim run --json does.")

@@ -26,14 +26,12 @@ row's scenario; both accept any list (an observation no setup maps is predicted 
 from __future__ import annotations
 
 import os
-import re
 from functools import cached_property
 from pathlib import Path
 
-from sim.core.errors import ScenarioError
 from sim.fidelity.domain import Excluded, Observation, Prediction
 from sim.fidelity.serving import SETUPS, ServingFit, ServingRows
-from sim.formats.public_tables import read_csv
+from sim.formats.public_serving import ServingSweepRow, read_serving_table
 
 TABLES = ("concurrency.csv", "unified_memory_concurrency.csv")
 PUBLIC = Path(__file__).resolve().parents[2] / "calibration" / "public"
@@ -50,29 +48,24 @@ NOT_EXPRESSED = "no engine of the project is set up for this row"
 
 
 
-def read_rows(path: str) -> list[dict[str, str]]:
-    """The rows of one concurrency table (a missing file or column is a ScenarioError naming it)."""
-    rows, fields = read_csv(path)
-    missing = [c for c in ("row_id", "source_id", "setup_id", "gpu", "gpu_count", "engine") if c not in fields]
-    if missing:
-        raise ScenarioError(path, missing[0], "a column of the concurrency tables (calibration/public/README.md)")
-    return rows
+def read_rows(path: str) -> list[ServingSweepRow]:
+    """The rows of one concurrency table (:func:`sim.formats.public_serving.read_serving_table`: a missing file or
+    column is a ScenarioError naming it)."""
+    return read_serving_table(path)
 
 
-def why_excluded(r: dict[str, str]) -> str:
+def why_excluded(r: ServingSweepRow) -> str:
     """Why no engine of the project expresses a row of the concurrency tables."""
-    gpu, engine = r["gpu"].lower(), r["engine"].lower()
+    gpu, engine = r.gpu.lower(), r.engine.lower()
     if "batched-bench" in engine:
         return BATCHED
-    if r.get("memory_arch", "").lower() == "unified" or "unified" in gpu or "gb10" in gpu or "strix halo" in gpu:
+    if r.memory_arch.lower() == "unified" or "unified" in gpu or "gb10" in gpu or "strix halo" in gpu:
         what = "GB10, DGX Spark" if "gb10" in gpu else "Strix Halo" if "strix halo" in gpu else "unified memory"
         return UNIFIED.format(what=what)
-    count = int(r["gpu_count"]) if r["gpu_count"].isdigit() else 1
+    count = r.gpu_count if r.gpu_count is not None else 1
     if "tp=" in gpu or count > 1:
-        m = re.search(r"TP=\d+", r["gpu"], re.IGNORECASE)
-        tp = m.group(0).upper() if m else "tensor parallel"
-        return TENSOR_PARALLEL.format(n=count, tp=tp)
-    if "llama-bench" in engine or r["source_id"].startswith("LCPP20586"):
+        return TENSOR_PARALLEL.format(n=count, tp=r.tensor_parallel or "tensor parallel")
+    if "llama-bench" in engine or r.source_id.startswith("LCPP20586"):
         return LLAMACPP
     return NOT_EXPRESSED
 
@@ -105,7 +98,7 @@ class ConcurrencyDomain:
                 if obs:
                     observations += obs
                     continue
-                excluded.append(Excluded(table, r["row_id"], r["source_id"], r["setup_id"],
+                excluded.append(Excluded(table, r.row_id, r.source_id, r.setup_id,
                                          why or why_excluded(r)))
         return observations, excluded
 

@@ -25,7 +25,6 @@ reports the median |error| per source and over all rows.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -44,7 +43,6 @@ from sim.fidelity.loads_fit import LoadsFit, fit_loads
 from sim.fidelity.loads_mechanism import (  # noqa: F401 - the domain's parameters and mechanism, re-exported
     PARAMETERS,
     RATES,
-    UNITS,
     RowSpec,
     _overrides,
     _with_params,
@@ -52,7 +50,7 @@ from sim.fidelity.loads_mechanism import (  # noqa: F401 - the domain's paramete
     predict_one,
     start_values,
 )
-from sim.formats.public_tables import read_csv
+from sim.formats.public_loads import WeightLoadRow, read_weight_loading
 from sim.lab import loading
 from sim.lab.loaders import stage_costs
 from sim.lab.pagecache import PageCache
@@ -65,24 +63,9 @@ MODELS = ROOT / "calibration" / "models"
 TABLES = ("weight_loading.csv", "weight_loading_more.csv", "unified_memory_bandwidth.csv")
 CHUNK_MIB = 1024.0  # chunks of 1 GiB: a chunk's share of the page cache and of the stages
 
-def _num(text: str) -> float | None:
-    """A cell's number: '~110' -> 110, '428-464' -> 446 (midpoint), '1,222' -> 1222; None when it holds two runs
-    or no number."""
-    t = text.strip().lstrip("~").replace(",", "")
-    if " vs " in t or not t:
-        return None
-    m = re.fullmatch(r"([0-9.]+)\s*-\s*([0-9.]+)", t)
-    if m:
-        return (float(m[1]) + float(m[2])) / 2
-    try:
-        return float(t)
-    except ValueError:
-        return None
-
-
-def _matches(row: dict[str, str], match: dict[str, Any]) -> bool:
+def _matches(row: WeightLoadRow, match: dict[str, Any]) -> bool:
     for col, want in match.items():
-        have = row.get(col, "") or ""
+        have = row.cells.get(col, "") or ""
         if isinstance(want, list):
             if have not in want:
                 return False
@@ -118,52 +101,49 @@ class LoadsDomain:
             obs: list[Observation] = []
             excluded: list[Excluded] = []
             for table in TABLES:
-                rows, _ = read_csv(str(self.public / table))  # cells stripped: the same rows for these tables
-                for row in rows:
+                for row in read_weight_loading(self.public / table):
                     got = self._read(table, row)
                     (obs if isinstance(got, Observation) else excluded).append(got)
             self._obs = (obs, excluded)
         return self._obs
 
-    def _read(self, table: str, row: dict[str, str]) -> Observation | Excluded:
+    def _read(self, table: str, row: WeightLoadRow) -> Observation | Excluded:
         def out(why: str) -> Excluded:
-            return Excluded(table, row["row_id"], row["source_id"], row["setup_id"], why)
+            return Excluded(table, row.row_id, row.source_id, row.setup_id, why)
 
         rule = next((r for r in self.setups["rules"] if _matches(row, r.get("match", {}))), None)
         if rule is None:
             return out("no rule of calibration/loads_setups.yaml reads it")
         if "exclude" in rule:
             return out(rule["exclude"])
-        read = {**rule["read"], **(self.setups.get("rows") or {}).get(row["row_id"], {})}
-        value = _num(row["value"])
-        scale = UNITS.get(row["unit"].strip())
-        if value is None or scale is None:
-            return out(f"its value {row['value']!r} {row['unit']!r} is not one number in a known unit")
+        read = {**rule["read"], **(self.setups.get("rows") or {}).get(row.row_id, {})}
+        if row.measured is None:
+            return out(f"its value {row.value_text!r} {row.unit!r} is not one number in a known unit")
         spec = self._spec(row, read)
         unit = "GB/s" if spec.quantity in RATES else "s"
-        label = " ".join(x for x in (row["model"][:28], row["measurement"][:60]) if x)
-        return Observation(table, row["row_id"], row["source_id"], row["setup_id"], spec.quantity, unit,
-                           value * scale, engine=row["engine"][:40], grade=row["grade"], label=label, key=spec)
+        label = " ".join(x for x in (row.model[:28], row.measurement[:60]) if x)
+        return Observation(table, row.row_id, row.source_id, row.setup_id, spec.quantity, unit,
+                           row.measured, engine=row.engine[:40], grade=row.grade, label=label, key=spec)
 
-    def _model(self, read: dict, row: dict[str, str]) -> tuple[float, int, int]:
+    def _model(self, read: dict, row: WeightLoadRow) -> tuple[float, int, int]:
         """(decimal GB, tensors, files) of the row's model."""
         name = read.get("model")
         if name == "from_model_column":
             name = {"Qwen3-30B-A3B": "qwen3_30b_bf16", "DeepSeek-R1": "deepseek_r1_fp8", "GPT-2 (small)":
-                    "gpt2_small_f32", "GPT-2 Medium": "gpt2_medium_f32"}[row["model"]]
+                    "gpt2_small_f32", "GPT-2 Medium": "gpt2_medium_f32"}[row.model]
         m = self.setups["models"][name]
         if "gb" in read:
             gb = float(read["gb"])
         elif "gib" in read:
             gb = float(read["gib"]) * GIB / GB
         elif read.get("gb_from") == "model_bytes_gib_gb":
-            gb = float(row["model_bytes_gib"].split()[0])
+            gb = _model_bytes(row)
         elif "gb" in m:
             gb = float(m["gb"])
         elif "gib" in m:
             gb = float(m["gib"]) * GIB / GB
         elif m.get("gib_column"):
-            gb = float(row["model_bytes_gib"].split()[0]) * GIB / GB
+            gb = _model_bytes(row) * GIB / GB
         else:
             from sim.modelfiles import read_hf_config
 
@@ -181,24 +161,24 @@ class LoadsDomain:
                                          extra_layers=int(t.get("extra_layers", 0)))
         return gb, tensors, int(m.get("files", 1))
 
-    def _spec(self, row: dict[str, str], read: dict) -> RowSpec:
+    def _spec(self, row: WeightLoadRow, read: dict) -> RowSpec:
         setup = self.setups["setups"][read["setup"]]
         quantity = read["quantity"]
         disk_name = read.get("disk")
         if disk_name == "from_disk_column":
-            disk_name = next(d for d in setup["disks"] if d in row["disk"].lower().replace(" ", ""))
+            disk_name = next(d for d in setup["disks"] if d in row.cells["disk"].lower().replace(" ", ""))
         disk = setup["disks"].get(disk_name, {}) if disk_name else {}
         cache = read.get("cache", "cold")
         if cache == "from_disk_column":
-            cache = "tmpfs" if "tmpfs" in row["disk"] else "cold"
+            cache = "tmpfs" if "tmpfs" in row.cells["disk"] else "cold"
         elif cache == "from_column":
-            cache = "warm" if row["page_cache_state"].startswith("warm") else "cold"
+            cache = "warm" if row.cells["page_cache_state"].startswith("warm") else "cold"
         kind = read.get("loader", "safetensors")
         if kind == "from_backend":
-            backend = row["measurement"].split("backend=")[1]
+            backend = row.backend
             kind = {"Safetensors": "vllm", "fastsafetensors": "fastsafetensors", "Run:ai Model Streamer":
                     "runai_streamer", "InstantTensor": "instanttensor"}[backend]
-        ranks = int(row["gpu"].split("x")[0]) if read.get("ranks_from") == "gpu_column" else int(read.get("ranks", 1))
+        ranks = _ranks(row) if read.get("ranks_from") == "gpu_column" else int(read.get("ranks", 1))
         host = dict(setup.get("host") or {})
         mach = setup["machine"]
         loader: dict[str, Any] = {"kind": kind, "readers": ranks}
@@ -213,11 +193,11 @@ class LoadsDomain:
             threads = _threads(kind, read, row, gb, files, ranks)
             if threads is not None:
                 loader["threads"] = threads
-            if "disk" in row and "S3" in row["disk"] and kind == "runai_streamer":
+            if "S3" in row.cells.get("disk", "") and kind == "runai_streamer":
                 loader.update(request_kib=8 * 1024, queue_depth=8, threads=8)  # object-store defaults
         raw = _raw_scenario(mach, host, loader, gb if gb else 1.0, ranks)
         scn = validate(raw, str(self.setups_path))
-        spec = RowSpec(row["row_id"], quantity, read["setup"], scn, os=host.get("os", "linux"),
+        spec = RowSpec(row.row_id, quantity, read["setup"], scn, os=host.get("os", "linux"),
                        disk_class=disk.get("class", "flash"), disk_gbps=disk.get("read_gbps"),
                        request_kib=_request_kib(row) if read.get("request_from") == "transfer_size" else None,
                        queue_depth=read.get("queue_depth"), copies_cpu=read.get("copies_cpu"),
@@ -237,7 +217,7 @@ class LoadsDomain:
             free = [0.0] * len(targets)
         else:
             free = [total / len(targets)] * len(targets)
-        plan = loading.plan_chunks(row["row_id"], total, tensors=tensors, chunk_bytes=CHUNK_MIB * MIB,
+        plan = loading.plan_chunks(row.row_id, total, tensors=tensors, chunk_bytes=CHUNK_MIB * MIB,
                                    targets=targets, free_bytes=free)
         spec = replace(spec, plan=plan)
         costs = _overrides(stage_costs(_with_params(scn, spec, start_values()), m), spec)
@@ -251,26 +231,37 @@ class LoadsDomain:
         return [predict_one(fitted.values, o.key) for o in observations]
 
 
-def _threads(kind: str, read: dict, row: dict[str, str], gb: float, files: int, ranks: int) -> int | None:
+def _threads(kind: str, read: dict, row: WeightLoadRow, gb: float, files: int, ranks: int) -> int | None:
     """A rank's copy threads: fastsafetensors runs one thread per copy request of at most max_copy_block_size
     (default 16 GiB, loader.py @067e405), at most max_threads (the row's 'threads N', default 16)."""
     if not kind.startswith("fastsafetensors"):
         return None
-    text = row["measurement"] if read.get("threads_from") == "measurement" else ""
-    m = re.search(r"threads (\d+)", text)
-    most = int(m[1]) if m else 16
-    m = re.search(r"block (\d+)\s*MB", text)
-    block = int(m[1]) * MIB if m else 16 * GIB
+    stated = read.get("threads_from") == "measurement"
+    most = row.threads if stated and row.threads is not None else 16
+    block = row.block_mb * MIB if stated and row.block_mb is not None else 16 * GIB
     own_files = math.ceil(files / ranks)
     per_file = gb * GB / files
     return max(1, min(most, own_files * math.ceil(per_file / block)))
 
 
-def _request_kib(row: dict[str, str]) -> float:
-    m = re.search(r"chunk (\d+) B", row["transfer_size"])
-    if m is None:
-        raise ScenarioError(row["row_id"], "transfer_size", "expected 'chunk N B'")
-    return int(m[1]) / KIB
+def _request_kib(row: WeightLoadRow) -> float:
+    if row.chunk_bytes is None:
+        raise ScenarioError(row.row_id, "transfer_size", "expected 'chunk N B'")
+    return row.chunk_bytes / KIB
+
+
+def _model_bytes(row: WeightLoadRow) -> float:
+    """The model_bytes_gib cell's number, which a rule says to take."""
+    if row.model_bytes_gib is None:
+        raise ScenarioError(row.row_id, "model_bytes_gib", "expected a number")
+    return row.model_bytes_gib
+
+
+def _ranks(row: WeightLoadRow) -> int:
+    """The GPU cell's "Nx" count, which a rule says to take."""
+    if row.gpu_ranks is None:
+        raise ScenarioError(row.row_id, "gpu", "expected 'Nx GPU'")
+    return row.gpu_ranks
 
 
 def _raw_scenario(mach: dict, host: dict, loader: dict, gb: float, ranks: int) -> dict:

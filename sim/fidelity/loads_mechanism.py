@@ -45,7 +45,6 @@ PARAMETERS: dict[str, tuple[float, float, float, str, str]] = {
 }
 LOGIT = ("pcie_efficiency", "copy_share_of_dram")
 GEN5_X4_PAPER_GBPS = 4 * 32 * 128 / 130 / 8  # PCIe 5.0 x4: 4 lanes x 32 GT/s x 128b/130b / 8 bits (GB/s)
-UNITS = {"ms": 1e-3, "s": 1.0, "min": 60.0, "GB/s": 1.0, "GB/s_payload": 1.0, "MB/s": 1e-3, "MByte/s": 1e-3}
 RATES = ("direct_read_gbps", "copy_gbps", "host_copy_gbps", "h2d_pinned_gbps", "h2d_pageable_gbps",
          "read_gbps_during_load")
 

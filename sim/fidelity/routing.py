@@ -101,11 +101,11 @@ class RoutingDomain:
         for r in rows:
             got = rows_of(r, *context)
             if isinstance(got, str):
-                excluded.append(Excluded(TABLE, r["row_id"], r["source_id"], r["setup_id"], got))
+                excluded.append(Excluded(TABLE, r.row_id, r.source_id, r.setup_id, got))
                 continue
             for quantity, unit, measured, key, label in got:
-                obs.append(Observation(TABLE, r["row_id"], r["source_id"], r["setup_id"], quantity, unit,
-                                       float(measured), engine=r["engine"][:60], grade=r["grade"], label=label,
+                obs.append(Observation(TABLE, r.row_id, r.source_id, r.setup_id, quantity, unit,
+                                       float(measured), engine=r.engine[:60], grade=r.grade, label=label,
                                        key=key))
         return obs, excluded
 

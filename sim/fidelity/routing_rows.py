@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass
 
 from sim.calibration.routing_fit import PROMPTS, TOL_POINT, TOL_ROUGH
-from sim.core.errors import ScenarioError
-from sim.formats.public_tables import read_csv
+from sim.formats.public_routing import ExpertCacheRow, read_expert_cache
 
 TABLE = "expert_cache.csv"
 NOMINAL_LAYERS = 16  # MoE layers computed when the table does not state them (pooled statistics do not depend on it)
@@ -68,78 +66,52 @@ class RouteRow:
     note: str = ""  # how the row was read, for the mechanism string
 
 
-def _num(text: str) -> float | None:
-    """The leading number of a cell ("~67", "~10 (uniform 6.2)", "31.27"), None when there is none."""
-    m = re.match(r"\s*~?\s*([0-9]+(?:\.[0-9]+)?)", text or "")
-    return float(m.group(1)) if m else None
+def _pct(value: float) -> float:
+    """A fraction in percent (NaN stays NaN)."""
+    return round(value * PCT, 9)
 
 
-def _value(text: str) -> float:
-    """A cell's leading number (NaN when it holds none)."""
-    v = _num(text)
-    return float("nan") if v is None else v
+def read_table(path: str | os.PathLike) -> list[ExpertCacheRow]:
+    """The rows of ``expert_cache.csv`` (:func:`sim.formats.public_routing.read_expert_cache`: a missing file or
+    column is a ScenarioError naming it)."""
+    return read_expert_cache(path)
 
 
-def _pct(text: str) -> float:
-    """A fraction cell in percent (NaN when it holds no number)."""
-    return round(_value(text) * PCT, 9)
-
-
-def _int(text: str) -> int | None:
-    m = re.match(r"\s*([0-9]+)", text or "")
-    return int(m.group(1)) if m else None
-
-
-def read_table(path: str | os.PathLike) -> list[dict[str, str]]:
-    """The rows of ``expert_cache.csv`` (a missing file or column is a ScenarioError naming it)."""
-    path = str(path)
-    rows, fields = read_csv(path)
-    need = ("row_id", "source_id", "setup_id", "grade", "engine", "model", "n_moe_layers", "n_experts", "top_k",
-            "cache_policy", "cache_slots_per_layer", "cache_slots_total", "hit_rate_pct", "metric_name",
-            "metric_value", "workload", "notes", "tg_tok_s", "cached_layers")
-    missing = [c for c in need if c not in fields]
-    if missing:
-        raise ScenarioError(path, missing[0], "a column of expert_cache.csv (calibration/public/README.md)")
-    return rows
-
-
-def _prompt_tokens(rows: list[dict[str, str]]) -> dict[str, tuple[float, ...]]:
+def _prompt_tokens(rows: list[ExpertCacheRow]) -> dict[str, tuple[float, ...]]:
     """Per model, the tokens per layer of the traced prompts (the overlap rows' workload "...: 139 tokens/layer"),
     in table order."""
     out: dict[str, list[float]] = {}
     for r in rows:
-        m = re.search(r":\s*(\d+)\s*tokens/layer", r["workload"])
-        if r["metric_name"].lower().startswith("mean consecutive-token expert overlap") and m:
-            out.setdefault(r["model"], []).append(float(m.group(1)))
+        if r.metric_name.lower().startswith("mean consecutive-token expert overlap") and r.prompt_tokens is not None:
+            out.setdefault(r.model, []).append(r.prompt_tokens)
     return {k: tuple(v) for k, v in out.items() if len(v) == PROMPTS}
 
 
-def _run_tokens(rows: list[dict[str, str]]) -> dict[str, float]:
+def _run_tokens(rows: list[ExpertCacheRow]) -> dict[str, float]:
     """BV-cache-poc: per cached-layer range, a run's tokens per layer: lookups over tensors and top_k."""
     out = {}
     for r in rows:
-        m = re.search(r"hits=(\d+)\s+misses=(\d+)\s+tensors=(\d+)", r["notes"])
-        k = _int(r["top_k"])
-        if m and k:
-            out[r["cached_layers"]] = (int(m.group(1)) + int(m.group(2))) / (int(m.group(3)) * k)
+        if r.stats_lookups and r.top_k:
+            hits, misses, tensors = r.stats_lookups
+            out[r.cached_layers] = (hits + misses) / (tensors * r.top_k)
     return out
 
 
-def table_context(rows: list[dict[str, str]]) -> tuple[dict[str, tuple[float, ...]], dict[str, float]]:
+def table_context(rows: list[ExpertCacheRow]) -> tuple[dict[str, tuple[float, ...]], dict[str, float]]:
     """What a row's reading takes from other rows of its source: the traced prompts' tokens, a run's tokens."""
     return _prompt_tokens(rows), _run_tokens(rows)
 
 
-def _excluded_why(r: dict[str, str]) -> str | None:
+def _excluded_why(r: ExpertCacheRow) -> str | None:
     """Why a row cannot be expressed, or None (checked before it is read)."""
-    src, policy, engine = r["source_id"], r["cache_policy"].lower(), r["engine"].lower()
-    model, notes = r["model"], r["notes"].lower()
+    src, policy, engine = r.source_id, r.cache_policy.lower(), r.engine.lower()
+    model, notes = r.model, r.notes.lower()
     if "over disk" in engine or "disk-resident" in notes:
         return "a RAM cache of disk-resident experts (RAM over disk), not the VRAM expert cache the project models"
     if not model or model.lower().startswith("not specified"):
         return "model not stated (and the hardware of the run not stated)"
     if "fate" in policy:
-        if r["hit_rate_pct"]:
+        if r.hit_rate_text:
             return ("FATE pool: prefetches the experts it predicts (fate_prefetched), a policy the project does not "
                     "model (LRU or static); its tok/s is that fork's")
         return ("tok/s of a llama.cpp fork with its cache off (default --fit placement): a llama.cpp offload run, "
@@ -165,34 +137,34 @@ def _excluded_why(r: dict[str, str]) -> str | None:
         return ("tok/s of llama.cpp on SYCL with every MoE layer on the CPU and a hot-expert store: the llama.cpp "
                 "engine has no expert cache; DeepSeek-V4-Flash has no model file in calibration/models")
     if src.startswith("IMP1365"):
-        if r["hit_rate_pct"]:
+        if r.hit_rate_text:
             return ("cache size not stated (the engine's default budget, no slots in the row); its tok/s: hardware "
                     "not stated (the GPU only from the repository's README; host, RAM and PCIe link not stated)")
         return ("tok/s only: hardware not stated (the GPU only from the repository's README; host, RAM and PCIe "
                 "link not stated)")
-    if src == "LCPP27861-csantiago78" and not r["hit_rate_pct"]:
+    if src == "LCPP27861-csantiago78" and not r.hit_rate_text:
         return ("tok/s only: 2x RTX 3090 with a dual-socket Xeon whose model is not stated; Qwen3.8-Flash-Next has "
                 "no model file in calibration/models")
-    if src == "BV-cache-poc-tput" and not r["hit_rate_pct"]:
+    if src == "BV-cache-poc-tput" and not r.hit_rate_text:
         return ("tok/s of the cache build with its cache off at llama.cpp's partial -ngl placement: a llama.cpp "
                 "offload run (the llama.cpp engine has no expert cache; the llama.cpp domain's)")
     if src.startswith("FT174"):
-        if "live experts" in r["metric_name"].lower():
+        if "live experts" in r.metric_name.lower():
             return "tokens of the serving window not stated (distinct experts need them)"
         if "oracle" not in policy:
             return "a range over the serving window (8-18%), not one value to predict"
     return None
 
 
-def _geometry(r: dict[str, str]) -> tuple[int, int, int, bool] | None:
-    experts, k = _int(r["n_experts"]), _int(r["top_k"])
+def _geometry(r: ExpertCacheRow) -> tuple[int, int, int, bool] | None:
+    experts, k = r.n_experts, r.top_k
     if not experts or not k or k > experts:
         return None
-    layers = _int(r["n_moe_layers"])
+    layers = r.n_moe_layers
     return (layers or NOMINAL_LAYERS), experts, k, bool(layers)
 
 
-def rows_of(r: dict[str, str], prompts: dict[str, tuple[float, ...]], runs: dict[str, float]
+def rows_of(r: ExpertCacheRow, prompts: dict[str, tuple[float, ...]], runs: dict[str, float]
              ) -> list[tuple[str, str, float, RouteRow, str]] | str:
     """The observations of one row as (quantity, unit, measured, key, label), or why it is excluded."""
     why = _excluded_why(r)
@@ -202,49 +174,46 @@ def rows_of(r: dict[str, str], prompts: dict[str, tuple[float, ...]], runs: dict
     if geo is None:
         return "geometry (experts per layer, top_k) not stated"
     layers, experts, k, stated = geo
-    model, src = r["model"], r["source_id"]
+    model, src = r.model, r.source_id
     base = dict(model=model, layers=layers, experts=experts, top_k=k, layers_stated=stated)
-    policy, metric = r["cache_policy"].lower(), r["metric_name"].lower()
-    value = r["metric_value"]
-    rough = TOL_ROUGH * PCT if "~" in r["hit_rate_pct"] else TOL_POINT * PCT
-    hit = _num(r["hit_rate_pct"])
+    policy, metric = r.cache_policy.lower(), r.metric_name.lower()
+    rough = TOL_ROUGH * PCT if r.hit_rate_approx else TOL_POINT * PCT
+    hit = r.hit_rate_pct
     traced = prompts.get(model)
     out: list[tuple[str, str, float, RouteRow, str]] = []
     if src == "BV-lru-sim" and hit is not None and traced:
-        cap = float(_int(r["cache_slots_per_layer"]) or 0)
+        cap = float(r.cache_slots_per_layer or 0)
         key = RouteRow(kind="lru", tokens=traced, capacity=cap, fitted=True, note="trace replay, cold per prompt",
                        **base)
         out.append(("hit_rate", "%", hit, key, f"{model} per-layer LRU @{cap:g} (replay of traces)"))
     elif src in ("BV-cache-poc", "BV-cache-poc-tput") and hit is not None:
-        tokens = runs.get(r["cached_layers"])
+        tokens = runs.get(r.cached_layers)
         if tokens is None:
             return "tokens of the run not stated (no stats counts for this layer range)"
-        cap = float(_int(r["cache_slots_per_layer"]) or 0)
+        cap = float(r.cache_slots_per_layer or 0)
         key = RouteRow(kind="lru", tokens=(tokens,) * PROMPTS, capacity=cap,
                        note=f"engine counter, a run of {tokens:.0f} tokens, cold; predicted, not fitted (the "
                             "source's replay of the same runs: 38.9/42.4%)", **base)
-        extra = "; its tok/s not predicted (llama.cpp placement with a per-tensor cache)" if r["tg_tok_s"] else ""
-        out.append(("hit_rate", "%", hit, key, f"{model} per-tensor LRU @{cap:g}, layers {r['cached_layers']}"
+        extra = "; its tok/s not predicted (llama.cpp placement with a per-tensor cache)" if r.tg_tok_s else ""
+        out.append(("hit_rate", "%", hit, key, f"{model} per-tensor LRU @{cap:g}, layers {r.cached_layers}"
                     f"{extra}"))
     elif src == "BV-routing-overlap" and metric.startswith("mean consecutive-token expert overlap") and traced:
         key = RouteRow(kind="overlap", tokens=traced, fitted=True, group=f"{src}|{model}", **base)
-        out.append(("overlap", "%", _pct(value), key, f"{model} consecutive overlap, {r['workload'][:40]}"))
+        out.append(("overlap", "%", _pct(r.metric_number), key, f"{model} consecutive overlap, {r.workload[:40]}"))
     elif src == "BV-routing-stats" and traced:
         common = dict(tokens=traced, **base)
         if metric.startswith("median reuse distance"):
-            out.append(("reuse_median", "tokens", _value(value), RouteRow(kind="reuse_median", **common),
+            out.append(("reuse_median", "tokens", r.metric_number, RouteRow(kind="reuse_median", **common),
                         f"{model} median reuse distance"))
         elif metric.startswith("median per-layer p90 reuse distance"):
-            out.append(("reuse_p90", "tokens", _value(value), RouteRow(kind="reuse_p90", **common),
+            out.append(("reuse_p90", "tokens", r.metric_number, RouteRow(kind="reuse_p90", **common),
                         f"{model} median per-layer p90 reuse distance"))
         elif metric.startswith("overlap vs distance"):
-            labels = (re.findall(r"d=([\d/-]+)", metric) or [""])[0].split("/")
-            parts = [p.strip() for p in value.split("/")]
-            if len(labels) != len(parts):
+            if len(r.distances) != len(r.metric_parts):
                 return "overlap vs distance: one value per distance expected"
-            for lab, part in zip(labels, parts, strict=True):
-                ends = tuple(int(x) for x in lab.split("-"))  # "8-16": the mean at its ends, as sim fit-routing reads
-                tol = TOL_ROUGH * PCT if "~" in part else TOL_POINT * PCT
+            for (lab, ends), (part, approx) in zip(r.distances, r.metric_parts, strict=True):
+                # ends of "8-16": the mean at its ends, as sim fit-routing reads
+                tol = TOL_ROUGH * PCT if approx else TOL_POINT * PCT
                 key = RouteRow(kind="overlap_d", distances=ends, fitted=True, tolerance=tol, **common)
                 out.append((f"overlap_d{lab}", "%", _pct(part), key, f"{model} overlap at distance {lab}"))
         else:
@@ -253,43 +222,40 @@ def rows_of(r: dict[str, str], prompts: dict[str, tuple[float, ...]], runs: dict
                      "top-8 expert share": ("top8", "top8_share", "%"),
                      "routing entropy": ("entropy", "entropy", "bits")}
             hit_name = next((n for n in names if metric.startswith(n)), None)
-            m = re.match(r"\s*([0-9.]+)\s*-\s*([0-9.]+)", value)
-            if hit_name is None or not m:
-                return f"routing statistic not read: {r['metric_name'][:60]}"
+            if hit_name is None or r.metric_range is None:
+                return f"routing statistic not read: {r.metric_name[:60]}"
             stat, qty, unit = names[hit_name]
-            for end, text in (("lo", m.group(1)), ("hi", m.group(2))):
+            for end, number in zip(("lo", "hi"), r.metric_range, strict=True):
                 key = RouteRow(kind=f"range_{end}", stat=stat, **common)
-                out.append((f"{qty}_{end}", unit, float(text), key,
+                out.append((f"{qty}_{end}", unit, number, key,
                             f"{model} {hit_name} across layers: {'lowest' if end == 'lo' else 'highest'} layer"))
     elif src == "IMP1374-kekzl" and hit is not None:
-        slots = _int(r["cache_slots_per_layer"]) or 0
+        slots = r.cache_slots_per_layer or 0
         key = RouteRow(kind="lru", tokens=(256.0,) * PROMPTS, capacity=slots / KEYS_PER_EXPERT, fitted=True,
                        note="engine counter, one request of 256 decode tokens, cold", **base)
         out.append(("hit_rate", "%", hit, key, f"{model} LRU pool {slots} keys/layer = {slots / 3:.1f} experts; "
                     "its tok/s not predicted (hardware not stated)"))
     elif src == "IMP2061-kekzl":
         if hit is not None and policy == "lru":
-            slots = _int(r["cache_slots_per_layer"]) or 0
+            slots = r.cache_slots_per_layer or 0
             key = RouteRow(kind="lru", tokens=(300.0,) * PROMPTS, capacity=slots / KEYS_PER_EXPERT, fitted=True,
                            note="trace replay, one 300-token generation, cold", **base)
             out.append(("hit_rate", "%", hit, key, f"{model} per-layer LRU {slots} keys = {slots / 3:.1f} experts"))
         elif metric.startswith("layer-0 distinct experts touched"):
-            m = re.match(r"\s*(\d+)\s+of\s+\d+;\s*top-(\d+)\s+carry\s+(\d+)%", value)
-            t = re.search(r"in\s+(\d+)\s+tokens", metric)
-            tokens = int(t.group(1)) if t else 0
-            if not m or not tokens:
+            tokens = r.metric_tokens or 0
+            if not r.distinct_top or not tokens:
                 return "distinct experts / top-N share not read"
+            distinct, n, share = r.distinct_top
             common = dict(tokens=(float(tokens),) * PROMPTS, **base)
-            out.append(("distinct_experts", "experts", float(m.group(1)),
+            out.append(("distinct_experts", "experts", float(distinct),
                         RouteRow(kind="distinct", note=f"one layer, one request of {tokens} tokens", **common),
                         f"{model} distinct experts of a layer in {tokens} tokens"))
-            n = int(m.group(2))
-            out.append((f"top{n}_share", "%", float(m.group(3)),
+            out.append((f"top{n}_share", "%", share,
                         RouteRow(kind="top_share", capacity=float(n), ranking="own",
                                  note=f"one layer, one request of {tokens} tokens", **common),
                         f"{model} share of activations on a layer's {n} most frequent experts"))
     elif src == "LCPP27861-csantiago78" and hit is not None:
-        cap = float(_int(r["cache_slots_per_layer"]) or 0)
+        cap = float(r.cache_slots_per_layer or 0)
         if "static" in policy:
             key = RouteRow(kind="static", tokens=(1.0,) * PROMPTS, capacity=cap, ranking="profile", fitted=True,
                            tolerance=rough, note="hot list learned on other requests (the shared law)", **base)
@@ -299,7 +265,7 @@ def rows_of(r: dict[str, str], prompts: dict[str, tuple[float, ...]], runs: dict
                            tolerance=rough, note="long instrumented trace: warm", **base)
             out.append(("hit_rate", "%", hit, key, f"{model} per-layer LRU @{cap:g}, warm"))
     elif src == "FT174-angelbaba01L" and hit is not None:
-        slots = float(_int(r["cache_slots_total"]) or 0)
+        slots = float(r.cache_slots_total or 0)
         key = RouteRow(kind="static", tokens=(1.0,) * PROMPTS, capacity=slots / layers, fitted=True,
                        note=f"oracle of the window's own frequencies, {slots:g} slots / {layers} layers", **base)
         out.append(("hit_rate", "%", hit, key, f"{model} stationary oracle, {slots:g} slots ({slots / layers:.1f} "

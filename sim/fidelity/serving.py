@@ -27,6 +27,7 @@ import numpy as np
 from sim.batching.families import RUNTIME_GIB
 from sim.core.errors import ScenarioError, SimulationError
 from sim.fidelity.domain import Observation, Prediction
+from sim.formats.public_serving import ServingSweepRow
 
 SETUPS = os.path.join("calibration", "serving_setups.yaml")
 MODELS = os.path.join("calibration", "models", "index.yaml")
@@ -55,14 +56,6 @@ class ServingFit:
     mtp_acceptance: float = MTP_ACCEPTANCE_PRIOR
 
 
-def _int(text: str) -> int | None:
-    try:
-        v = float(text)
-    except ValueError:
-        return None
-    return int(v) if math.isfinite(v) and v > 0 else None
-
-
 def read_setups(root: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The serving setups and the model index (calibration/serving_setups.yaml, models/index.yaml)."""
     from sim.config.yaml_io import read_yaml
@@ -73,23 +66,21 @@ def read_setups(root: str) -> tuple[dict[str, Any], dict[str, str]]:
     return setups, index
 
 
-def row_of(r: dict[str, str], setup: dict[str, Any] | None = None) -> Row | str:
+def row_of(r: ServingSweepRow, setup: dict[str, Any] | None = None) -> Row | str:
     """The run of one table row, or why its lengths or load are not stated. A setup's ``lengths`` derive the mean
     lengths of a row that states none: its source's total input tokens over its requests, and its output rate times
     its duration over its requests (tokens)."""
-    clients, requests = _int(r.get("concurrency", "")), _int(r.get("num_requests", ""))
-    prompt, output = _int(r.get("input_tokens", "")), _int(r.get("output_tokens", ""))
+    clients, requests, prompt, output = r.concurrency, r.num_requests, r.input_tokens, r.output_tokens
     derive = (setup or {}).get("lengths")
     if derive and requests and not (prompt and output):
         total = float(derive["prompt_tokens_total"])
         prompt = int(round(total / requests))
-        try:
-            output = int(round(float(r.get("output_tok_s", "")) * float(r.get("t_total_s", "")) / requests))
-        except ValueError:
-            output = None
+        output = None
+        if r.output_tok_s is not None and r.t_total_s is not None:
+            output = int(round(r.output_tok_s * r.t_total_s / requests))
     if not (clients and requests and prompt and output):
         return "concurrency, num_requests, input_tokens or output_tokens not stated"
-    return Row(r["setup_id"], clients, requests, prompt, output)
+    return Row(r.setup_id, clients, requests, prompt, output)
 
 
 def scenario_dict(root: str, setup: dict[str, Any], index: dict[str, str], row: Row,
@@ -182,32 +173,29 @@ class ServingRows:
         self.root = root
         self.setups, self.index = read_setups(root)
 
-    def express(self, table: str, r: dict[str, str]) -> tuple[list[Observation], str]:
+    def express(self, table: str, r: ServingSweepRow) -> tuple[list[Observation], str]:
         """The observations of one row, or why it is not expressed ("" with observations)."""
-        setup = self.setups.get(r["setup_id"])
+        setup = self.setups.get(r.setup_id)
         if setup is None:
             return [], ""
         if setup["model"] not in self.index:
             return [], f"no published config of {setup['model']} ({MODELS})"
         wanted = setup.get("rows") or {}
-        if any(r.get(k, "") != v for k, v in wanted.items()):
+        if any(r.cells.get(k, "") != v for k, v in wanted.items()):
             return [], f"not this setup's rows ({SETUPS}): {setup.get('rows_reason', 'another engine or model')}"
         row = row_of(r, setup)
         if isinstance(row, str):
             return [], row
         out = []
         for quantity, _, unit, _ in QUANTITIES:
-            try:
-                measured = float(r.get(quantity, ""))
-            except ValueError:
-                continue
-            if not math.isfinite(measured) or measured <= 0:
+            measured = getattr(r, quantity)
+            if measured is None or not math.isfinite(measured) or measured <= 0:
                 continue
             label = (f"{setup['model']} {setup.get('quant', '')} on {setup['machine']['gpu']}, {row.clients} clients, "
                      f"{row.prompt} in / {row.output} out")
-            out.append(Observation(table=table, row_id=r["row_id"], source=r["source_id"], machine=r["setup_id"],
-                                   quantity=quantity, unit=unit, measured=measured, engine=r.get("engine", ""),
-                                   grade=r.get("grade", ""), label=label, key=row))
+            out.append(Observation(table=table, row_id=r.row_id, source=r.source_id, machine=r.setup_id,
+                                   quantity=quantity, unit=unit, measured=measured, engine=r.engine,
+                                   grade=r.grade, label=label, key=row))
         return out, "" if out else "no throughput, TTFT or TPOT reported"
 
     def fit(self, train: list[Observation]) -> ServingFit:

@@ -13,6 +13,13 @@ observations.
 - :mod:`~sim.formats.measured_tables`, :mod:`~sim.formats.public_tables` and :mod:`~sim.formats.request_traces`:
   measured CSV tables, the public tables of ``calibration/public/``, request traces and lengths tables;
   :mod:`~sim.formats.operator_profiles`: operator times profiled on real cards (Vidur's tables).
+- Typed records of the measured tables calibration fits: :mod:`~sim.formats.routing_stats` (routing statistics),
+  :mod:`~sim.formats.load_times` (load times and load rates), :mod:`~sim.formats.request_tables` (completed
+  requests), :mod:`~sim.formats.llama_bench_tables` (the public llama-bench tables) and
+  :mod:`~sim.formats.measured_cells` (the cells, quantities and buckets tables a scenario maps).
+- Typed records of the public tables the fidelity benchmark predicts: :mod:`~sim.formats.public_routing` (the
+  expert-cache table), :mod:`~sim.formats.public_loads` (the weight-loading tables) and
+  :mod:`~sim.formats.public_serving` (the serving sweeps).
 
 This package imports only :mod:`sim.core`, and no engine imports it (``tests/test_architecture.py``): a file is read
 by the layer that resolves a scenario or by a command, and an engine is handed what was read.

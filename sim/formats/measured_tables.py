@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from sim.core.errors import ScenarioError
 from sim.formats.inputs import MAX_LINES, MAX_TEXT_BYTES, read_text
@@ -106,3 +107,33 @@ def number(row: dict[str, str], key: str, source: str, line: int, required: bool
     if not (math.isfinite(value) and value > 0):
         raise ScenarioError(source, f"row {line}.{key}", f"bad value {raw!r}: expected a finite positive number")
     return value
+
+
+def read_provenance(path: str) -> list[str]:
+    """The provenance lines of the measured table at ``path`` (its ``#`` lines without the ``#``), read and checked
+    as :func:`read_measured` reads the table: what a file written from the table copies into its header."""
+    return read_measured(path)[0]
+
+
+@dataclass(frozen=True)
+class NumberRow:
+    """One data row of a table read by :func:`read_numbers`: its ``line`` (data rows from 1), the numbers asked for
+    (each in its quantity's unit, None when blank) and the stripped text of the text columns asked for."""
+
+    line: int
+    numbers: dict[str, float | None]
+    text: dict[str, str]
+
+
+def read_numbers(path: str, numbers: dict[str, Quantity | None], *, text: Iterable[str] = (),
+                 required: Iterable[str] = (), what: str = "") -> list[NumberRow]:
+    """The rows of the measured table at ``path`` with the cells of ``numbers`` read as numbers: each in its
+    :class:`Quantity`'s range (None: any finite positive number; see :func:`number`), None when blank; and the cells
+    of ``text`` as stripped text ("" when blank). The header must hold the ``required`` columns
+    (:func:`require_columns`, ``what`` naming the table in the error); a bad cell is a one-line ScenarioError naming
+    the file, row and column."""
+    _, rows = read_measured(path)
+    require_columns(path, rows, required, what)
+    return [NumberRow(line, {key: number(row, key, path, line, False, quantity) for key, quantity in numbers.items()},
+                      {key: (row.get(key) or "").strip() for key in text})
+            for line, row in enumerate(rows, start=1)]

@@ -168,19 +168,41 @@ def load_sweep(folder: str) -> Sweep:
     return Sweep(folder, frame, manifest)
 
 
-def setup():
-    """matplotlib without a display, with fixed fonts and a fixed SVG id salt (same data, same bytes)."""
+STYLE = {  # rcParams of every figure sim draws: fixed fonts and a fixed SVG id salt (same data, same bytes)
+    "svg.hashsalt": "sim", "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
+    "figure.dpi": 100, "savefig.dpi": 100, "path.simplify": False,
+}
+
+
+class Figures:
+    """What the presets call of pyplot, without pyplot: a figure here belongs to no backend and no display, so
+    drawing one changes nothing of a notebook's own matplotlib (its backend, its open figures, its rcParams)."""
+
+    @staticmethod
+    def subplots(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None,
+                 squeeze: bool = True, **kwargs):
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=figsize)
+        return fig, fig.subplots(nrows, ncols, squeeze=squeeze, **kwargs)
+
+    @staticmethod
+    def close(fig) -> None:
+        """Nothing to close: no figure is registered with pyplot."""
+
+
+def figure_style():
+    """A context in which figures are made and saved with :data:`STYLE` (matplotlib's rcParams as they were after
+    it, for the rest of the process)."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    return matplotlib.rc_context(STYLE)
 
-    plt.rcParams.update({
-        "svg.hashsalt": "sim", "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
-        "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
-        "figure.dpi": 100, "savefig.dpi": 100, "path.simplify": False,
-    })
-    return plt
+
+def setup() -> type[Figures]:
+    """How presets make figures (:class:`Figures`); make and save them inside :func:`figure_style`."""
+    return Figures
 
 
 def save(fig, path: str) -> None:
@@ -190,12 +212,8 @@ def save(fig, path: str) -> None:
         raise ScenarioError("-o", path, f"a file ending in .{', .'.join(FORMATS)}")
     metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}, "png": {"Software": None}}[ext]
     label_log_axes(fig)
-    try:
+    with figure_style():
         atomic_write_with(path, lambda tmp: fig.savefig(tmp, format=ext, metadata=metadata, bbox_inches="tight"))
-    finally:
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
 
 
 def _is_numeric(values) -> bool:

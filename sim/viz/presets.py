@@ -13,6 +13,7 @@ from sim.viz.plotting import (
     Styler,
     Sweep,
     axis_meta,
+    figure_style,
     footnote,
     label_text,
     line_panel,
@@ -37,14 +38,14 @@ def _legend(fig, axes) -> None:
                    frameon=False)
 
 
-def _panels(plt, n: int, width: float = 4.2, height: float = 3.3):
-    fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False)
+def _panels(figures, n: int, width: float = 4.2, height: float = 3.3):
+    fig, axes = figures.subplots(1, n, figsize=(width * n, height), squeeze=False)
     return fig, list(axes[0])
 
 
 def generic(sweep: Sweep, x: str, y: list[str], hue: str | None, facet: str | None):
     """One panel per y metric (or per facet value with one y), median line per hue value, bands, measured points."""
-    plt = setup()
+    figures = setup()
     for c, what in [(x, "--x"), (hue, "--hue"), (facet, "--facet")]:
         if c:
             sweep.column(c, what)
@@ -55,7 +56,7 @@ def generic(sweep: Sweep, x: str, y: list[str], hue: str | None, facet: str | No
     styler = _styler(sweep, hue)
     if facet:
         values = list(dict.fromkeys(sweep.frame[facet]))
-        fig, axes = _panels(plt, len(values) * len(y))
+        fig, axes = _panels(figures, len(values) * len(y))
         i = 0
         for metric in y:
             for v in values:
@@ -65,7 +66,7 @@ def generic(sweep: Sweep, x: str, y: list[str], hue: str | None, facet: str | No
                 i += 1
         _share_y(axes, len(values))
     else:
-        fig, axes = _panels(plt, len(y))
+        fig, axes = _panels(figures, len(y))
         for ax, metric in zip(axes, y, strict=True):
             line_panel(ax, sweep, x=x, y=metric, hue=hue, styler=styler)
     _legend(fig, axes)
@@ -91,10 +92,10 @@ def _need(sweep: Sweep, preset: str, role: str, name: str | None) -> str:
 
 def _metric_panels(sweep: Sweep, x: str, hue: str | None, panels: list[tuple[str, str]], hue_label=None):
     """One panel per (metric, title), lines per hue value: the figure, its panels."""
-    plt = setup()
+    figures = setup()
     sweep.check_drawn({x, hue} - {None}, x)
     styler = _styler(sweep, hue)
-    fig, axes = _panels(plt, len(panels))
+    fig, axes = _panels(figures, len(panels))
     for ax, (metric, title) in zip(axes, panels, strict=True):
         line_panel(ax, sweep, x=sweep.column(x, "--x"), y=sweep.column(metric, "y"), hue=hue, styler=styler,
                    hue_label=hue_label)
@@ -141,12 +142,12 @@ def concurrency(sweep: Sweep, x: str | None, hue: str | None, facet: str | None)
 
 def headroom(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
     """Decode (log scale) and the peer's free VRAM against the reserve left on it: the headroom cliff."""
-    plt = setup()
+    figures = setup()
     x = _need(sweep, "headroom", "x", x)
     sweep.check_drawn({x, hue} - {None}, x)
     styler = _styler(sweep, hue)
     free = [c for c in sweep.frame.columns if re.fullmatch(r"vram\.(.+)\.free_mib", c) and c != "vram.gpu0.free_mib"]
-    fig, axes = _panels(plt, 1 + len(free[:1]))
+    fig, axes = _panels(figures, 1 + len(free[:1]))
     line_panel(axes[0], sweep, x=x, y=sweep.column("decode_tok_s", "y"), hue=hue, styler=styler)
     axes[0].set_yscale("log")
     from matplotlib.ticker import FuncFormatter
@@ -183,7 +184,7 @@ def _crossing(xs: np.ndarray, diff: np.ndarray) -> float | None:
 def dispatch(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
     """Each machine's estimated completion against job length, the break-even marked (with its 90% interval over
     the parameter draws), and the relative gap with the dispatcher's tie band."""
-    plt = setup()
+    figures = setup()
     x = _need(sweep, "dispatch", "x", x)
     sweep.check_drawn({x}, x)
     cols = _estimate_columns(sweep)
@@ -192,7 +193,7 @@ def dispatch(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
                             "(columns job.ID.estimate_s.MACHINE)")
     machines = list(cols)[:2]
     frame = sweep.frame
-    fig, axes = _panels(plt, 2, width=5.0)
+    fig, axes = _panels(figures, 2, width=5.0)
     styler = Styler(machines)
     long = []
     for mname in machines:
@@ -249,7 +250,7 @@ def dispatch(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
 def load_breakdown(sweep: Sweep, x: str | None, hue: str | None, facet: str | None):
     """Cold and hot load time per machine, stacked by stage (disk, loader, PCIe link), with the measured cold and
     hot load times of the same bytes where the project has them."""
-    plt = setup()
+    figures = setup()
     frame = sweep.frame
     machines = list(dict.fromkeys(m.group(1) for c in frame.columns
                                   if (m := re.fullmatch(r"load\.(.+)\.cold\.disk_s", c))))
@@ -257,7 +258,7 @@ def load_breakdown(sweep: Sweep, x: str | None, hue: str | None, facet: str | No
         raise ScenarioError(sweep.folder, "--preset load_breakdown", "load metrics (load.MACHINE.cold.disk_s): a "
                             "scenario whose machines load a model")
     first = frame[frame["point"] == frame["point"].min()]
-    fig, axes = _panels(plt, 1, width=6.5, height=3.6)
+    fig, axes = _panels(figures, 1, width=6.5, height=3.6)
     ax = axes[0]
     drawn: set[str] = set()
     stages = [("disk", "disk -> page cache", "//"), ("loader", "loader (host CPU)", ".."), ("link", "PCIe link", "xx")]
@@ -303,7 +304,13 @@ PRESETS = {"cliff": cliff, "hit_coverage": hit_coverage, "concurrency": concurre
 
 
 def draw(sweep: Sweep, preset: str | None, x: str | None, y: list[str], hue: str | None, facet: str | None):
-    """The figure `sim plot` writes: a preset (the sweep file's by default) or --x/--y."""
+    """The figure `sim plot` writes: a preset (the sweep file's by default) or --x/--y, made in the style of
+    :func:`sim.viz.plotting.figure_style` (and saved in it by :func:`sim.viz.plotting.save`)."""
+    with figure_style():
+        return _draw(sweep, preset, x, y, hue, facet)
+
+
+def _draw(sweep: Sweep, preset: str | None, x: str | None, y: list[str], hue: str | None, facet: str | None):
     declared = sweep.manifest.get("plot") or {}
     if preset is None and not y:
         preset = declared.get("preset")

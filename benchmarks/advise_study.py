@@ -1,5 +1,6 @@
-"""``sim advise`` studied: its advice for the public setups against their best measured placement, and its time on
-three catalog machines (an 8 GB, a 16 GB and a 24 GB card) with a 30B-A3B and a 120B-class MoE.
+"""``sim advise`` studied: its advice for the public setups against their best measured placement, and the command on
+six machines (8, 12, 16 and 24 GB cards and a CPU alone) with a 30B-A3B and a 120B-class MoE, every placement it
+prints re-run through ``sim llama``.
 
     python benchmarks/advise_study.py --out docs/advise_study.md
 
@@ -25,16 +26,14 @@ reproducible_numerics()  # the sim command's numerics, asked before numpy is imp
 
 from sim.calibration.llamacpp_cases import read_cases  # noqa: E402
 from sim.calibration.llamacpp_fit import predict  # noqa: E402
-from sim.llamacpp.advise import advise  # noqa: E402
-from sim.llamacpp.machine import MachineSpec, build_scenario, scenario_dict  # noqa: E402
-from sim.llamacpp.params import BAND  # noqa: E402
 
 SWEEPS = {  # source_id -> the flag it varies
     "BV-q3-grid": "n_cpu_moe", "BV-q3-grid-refine": "n_cpu_moe", "BV-gptoss-grid": "n_cpu_moe",
     "BV-q3-ngl-sweep": "n_gpu_layers",
 }
 MACHINES = (("8 GB", "rtx3070ti", "ryzen5_5600x", 64), ("16 GB", "rtx4060ti_16gb", "ryzen7_9700x", 64),
-            ("24 GB", "rtx4090", "ryzen9_7950x", 96))
+            ("24 GB", "rtx4090", "ryzen9_7950x", 96), ("16 GB", "rtx4070tisuper", "ryzen7_7700x", 64),
+            ("12 GB", "rx6700xt", "ryzen5_5600", 32), ("CPU", None, "ryzen7_7700x", 64))
 MODELS = (("Qwen3-30B-A3B Q4_K_M", "calibration/models/qwen3-30b-a3b.json", "Q4_K_M"),
           ("gpt-oss-120b MXFP4", "calibration/models/gpt-oss-120b.json", "MXFP4_MOE"))
 
@@ -80,26 +79,47 @@ def table_params():
 
 
 def catalog_machines() -> list[str]:
-    lines = ["", "## Three catalog machines, two models", "",
-             "`sim advise --model M --quant Q --gpu G --host H --ram-gib R` (Linux, the card's own PCIe generation, "
-             "-c 8192, pp512 / tg128; the first of each goal). Seconds: the whole search.", "",
-             "| machine | model | placements | load | seconds | best tg | its flags | best pp | its flags |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    """Each machine and model through the commands a user runs: ``sim advise`` (its margin, its re-run check), then
+    every placement it prints pasted into ``sim llama`` as a llama-server line of the current build."""
+    import json
+
+    from click.testing import CliRunner
+
+    from sim.cli import main as cli
+
+    lines = ["", "## Catalog machines, two models", "",
+             "`sim advise --model M --quant Q --gpu G --host H --ram-gib R --json` (Linux, the card's own PCIe "
+             "generation, -c 8192, pp512 / tg128; the first of each goal; no --gpu: the CPU alone), then every "
+             "placement it prints (top 3 of each goal) pasted into `sim llama` as a llama-server line read with the "
+             "current build's defaults. Seconds: the whole advise command.", "",
+             "| machine | model | placements | load | seconds | best tg | its flags | best pp | re-run in sim llama |"
+             " --fit's tg |", "|---|---|---|---|---|---|---|---|---|---|"]
+    runner = CliRunner()
     for label, gpu, host, ram in MACHINES:
         for name, path, quant in MODELS:
-            spec = MachineSpec(gpu, host, host_fields={"ram_gib": ram})
-            scn = build_scenario(scenario_dict(spec, os.path.join(ROOT, path), quant, {}), "study")
+            machine = (["--gpu", gpu] if gpu else []) + ["--host", host, "--ram-gib", str(ram)]
             start = time.perf_counter()
-            adv = advise(scn, "box", band=BAND)
+            r = runner.invoke(cli, ["advise", "--model", os.path.join(ROOT, path), "--quant", quant, *machine,
+                                    "--json"])
             seconds = time.perf_counter() - start
-            if not adv.candidates:
-                lines.append(f"| {label} {gpu} + {host} ({ram} GB) | {name} | {len(adv.rejected)} | 0 | "
-                             f"{seconds:.1f} | - | none loads | - | - |")
+            where = f"{label} {gpu or 'no GPU'} + {host} ({ram} GB)"
+            if r.exit_code != 0:
+                lines.append(f"| {where} | {name} | - | 0 | {seconds:.1f} | - | none loads | - | - | - |")
                 continue
-            tg, pp = adv.best("tg", 1)[0], adv.best("pp", 1)[0]
-            lines.append(f"| {label} {gpu} + {host} ({ram} GB) | {name} | {len(adv.candidates) + len(adv.rejected)} "
-                         f"| {len(adv.candidates)} | {seconds:.1f} | {tg.tg_tok_s:.1f} | `{tg.flags()}` | "
-                         f"{pp.pp_tok_s:.0f} | `{pp.flags()}` |")
+            doc = json.loads(r.stdout)
+            shown = sorted({c["flags"] for goal in ("tg", "pp", "mix") for c in doc["best"][goal]})
+            loads = 0
+            for flags in shown:
+                run = runner.invoke(cli, ["llama", f"llama-server -m model.gguf {flags}", "--model",
+                                          os.path.join(ROOT, path), "--quant", quant, *machine, "--json"])
+                rows = json.loads(run.stdout)["bench"] if run.exit_code == 0 else []
+                loads += bool(rows) and all(not row["error"] for row in rows)
+            tg, pp = doc["best"]["tg"][0], doc["best"]["pp"][0]
+            fit = doc.get("fit") or {}
+            flags = tg["flags"].replace("|", "\\|")  # a regex's alternatives inside a table cell
+            lines.append(f"| {where} | {name} | {doc['searched']} | {doc['loading']} | {seconds:.1f} | "
+                         f"{tg['tg_tok_s']:.1f} | `{flags}` | {pp['pp_tok_s']:.0f} | {loads}/{len(shown)} | "
+                         + (f"{fit['tg_tok_s']:.1f} |" if fit.get("loads") else "does not load |"))
     return lines
 
 

@@ -286,7 +286,8 @@ def test_host_numbers_are_plausible():
             assert e["mt_s"] <= rated, ident
         if "cores" in e:
             assert "isa" in e, ident
-            assert e["threads"] in (e["cores"], 2 * e["cores"]), ident
+            smt_on_p_cores = 2 * (e["cores"] - e.get("e_cores", 0)) + e.get("e_cores", 0)  # a hybrid part's SMT
+            assert e["threads"] in (e["cores"], 2 * e["cores"], smt_on_p_cores), ident
 
 
 def test_every_cpu_has_clocks_flops_and_isa_or_says_why():

@@ -22,8 +22,8 @@ def _study():
 def _without_wall_time(lines: list[str]) -> list[str]:
     out = []
     for line in lines:
-        cells = line.split("|")
-        if line.startswith("| ") and len(cells) == 11 and re.fullmatch(r" \d+\.\d ", cells[SECONDS_COLUMN]):
+        cells = re.split(r"(?<!\\)\|", line)  # a cell's escaped pipes (a regex's alternatives) stay in it
+        if line.startswith("| ") and len(cells) == 12 and re.fullmatch(r" \d+\.\d ", cells[SECONDS_COLUMN]):
             cells[SECONDS_COLUMN] = " s "
         out.append("|".join(cells))
     return out

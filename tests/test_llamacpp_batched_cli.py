@@ -61,7 +61,7 @@ def test_json_rows_and_settings():
                          "s_tok_s", "vram_gib", "error"]
     assert (row["pp"], row["tg"], row["b"], row["n_kv"], row["error"]) == (128, 128, 1, 256, "")
     assert row["s_tg_tok_s"] == pytest.approx(128 / row["t_tg_s"])
-    assert doc["settings"]["n_cpu_moe"] > 0 and doc["vram_gib"] <= 16  # -ngl auto: experts moved until it fits
+    assert doc["settings"]["override_tensor"] and doc["vram_gib"] <= 16  # -ngl auto: the fit moves experts
     assert "-np: llama-batched-bench runs as many sequences as the largest -npl" in r.stderr
 
 

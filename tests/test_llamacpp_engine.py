@@ -222,7 +222,7 @@ def test_serving_requests_on_llamacpp_little_law():
 
 def test_defaults_equal_the_shipped_fit():
     from sim.config.yaml_io import read_yaml
-    from sim.llamacpp.params import BAND, BAND_WITHIN
+    from sim.llamacpp.params import BAND, BAND_NEAR, BAND_WITHIN
 
     doc = read_yaml("calibration/llamacpp.yaml")
     assert set(doc["parameters"]) == set(DEFAULTS)
@@ -232,6 +232,7 @@ def test_defaults_equal_the_shipped_fit():
     for test in ("tg", "pp"):
         assert tuple(bands["band"][test]) == pytest.approx(BAND[test], rel=1e-3)
         assert tuple(bands["band_within"][test]) == pytest.approx(BAND_WITHIN[test], rel=1e-3)
+        assert [tuple(row) for row in bands["band_near"][test]] == [pytest.approx(r, rel=1e-3) for r in BAND_NEAR[test]]
     # a scenario's value for its own backend wins; a backend the fit has no value for takes the pooled one
     p = CostParams.of({"gpu_memory_efficiency": 0.5}, backend="cuda")
     assert p.get("gpu_memory_efficiency", "cuda") == 0.5

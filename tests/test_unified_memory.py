@@ -252,7 +252,7 @@ def test_the_readme_batched_bench_line_runs():
     r = CliRunner().invoke(main, ["llama", line, "--gpu", "gb10", "--host", "grace_gb10", "--model", QWEN3_30B,
                                   "--quant", "Q8_0", "--json"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    rows = json.loads(r.output)["rows"]
+    rows = json.loads(r.stdout)["rows"]
     assert [(x["pp"], x["b"]) for x in rows] == [(512, 1), (512, 8), (512, 32), (4096, 1), (4096, 8)]
     assert all(x["s_tg_tok_s"] > 0 for x in rows)
 

@@ -7,6 +7,7 @@ from sim.cli import (  # noqa: F401 - each registers its commands on main
     calibration,
     capacity,
     catalog,
+    llama_cmd,
     llamacpp,
     models,
     routing,

@@ -291,8 +291,8 @@ def _public(root: str, domains: list[str], out: str | None, workers: int, as_jso
             from sim.fidelity.llamacpp import bands
 
             atomic_write_text(bands_file, f"# Written by {command}: 90% bands of measured / "
-                              "simulated over held-out rows (sim.llamacpp.params.BAND and BAND_WITHIN repeat "
-                              "them)\n" + dump_yaml(bands(rs), width=80))
+                              "simulated over held-out rows (sim.llamacpp.params.BAND, BAND_WITHIN and "
+                              "BAND_NEAR repeat them)\n" + dump_yaml(bands(rs), width=80))
     atomic_write_text(out, text)  # last: the report is newer than every file the run writes
     if as_json:
         rows = [{"domain": name, "table": r.observation.table, "row_id": r.observation.row_id,

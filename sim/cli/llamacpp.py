@@ -1,6 +1,5 @@
-"""``sim advise`` (the best llama.cpp placements of a model on a machine), ``sim fit-offload`` (the llama.cpp
-engine's cost parameters from public offload sweeps) and ``sim llama`` (a scenario from a pasted llama.cpp command
-line)."""
+"""``sim advise`` (the best llama.cpp placements of a model on a machine) and ``sim fit-offload`` (the llama.cpp
+engine's cost parameters from public offload sweeps); ``sim llama`` is :mod:`sim.cli.llama_cmd`."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import time
 import click
 
 from sim.cli.advise_options import (
-    machine_spec,
     margin_option,
     quant_sizes,
     quants_option,
@@ -21,68 +19,12 @@ from sim.cli.advise_options import (
     unified_search,
 )
 from sim.cli.app import fail, main, user_errors
+from sim.cli.machine_options import SEVERAL_QUANTS_HELP, MachineArgs, machine_options, machine_scenario
 from sim.core.errors import ScenarioError
 from sim.formats.quantities import TOKENS_PER_S
+from sim.llamacpp.fit import FIT_TARGET_MIB
 
 MAX_EVALUATIONS = 1000  # sim fit-offload's least-squares iterations (each a Jacobian over every parameter), at most
-
-MACHINE_OPTIONS = [
-    click.option("--model", "model_file", default=None, help="A config.json (with --quant) or a "
-                 ".gguf file; default: the scenario's model."),
-    None,  # --quant: its help depends on the command (machine_options)
-    click.option("--model-gib", type=float, default=None, help="The GGUF file's size (GiB): tensors scaled to it."),
-    click.option("--gpu", default=None, help="Catalog GPU type (sim catalog), e.g. rtx4060ti_16gb."),
-    click.option("--gpus", type=int, default=1, show_default=True, help="How many of that card, at most 16 "
-                 "(llama.cpp's GGML_CUDA_MAX_DEVICES); 0: llama.cpp on the CPU alone."),
-    click.option("--host", default=None, help="Catalog host (sim catalog --kind hosts), e.g. ryzen7_9700x."),
-    click.option("--ram-gib", type=float, default=None, help="Host RAM installed (GiB): placements needing more "
-                 "are left out."),
-    click.option("--os", "os_name", type=click.Choice(["linux", "windows", "macos"]), default=None,
-                 help="windows: WDDM keeps VRAM for the desktop and falls back to shared memory; default macos for an "
-                 "Apple chip, linux otherwise."),
-    click.option("--slot-gen", type=int, default=None, help="PCIe generation of the slot (default: the card's)."),
-    click.option("--slot-lanes", type=int, default=16, show_default=True, help="PCIe lanes of the slot."),
-    click.option("--reserved-gib", type=float, default=0.0, help="VRAM other processes hold on each card (GiB)."),
-    click.option("--gpu-gib", type=float, default=None, help="A unified-memory chip (GB10, Strix Halo, Apple): "
-                 "what its GPU may allocate of the pool (GiB), as iogpu.wired_limit_mb or the GTT size sets it; "
-                 "default: the platform's rule (sim advise then searches up to all the OS leaves and says what to "
-                 "set)."),
-]
-
-
-QUANT_HELP = "Quantization of a config.json model (Q4_K_M, MXFP4_MOE, ...)."
-SEVERAL_QUANTS_HELP = QUANT_HELP[:-1] + "; several, comma-separated, are ranked together."
-
-
-def machine_options(quant_help: str = QUANT_HELP):
-    """The machine and model options of sim advise and sim llama, with ``quant_help`` as --quant's help."""
-    def decorate(fn):
-        for option in reversed(MACHINE_OPTIONS):
-            fn = (option or click.option("--quant", default=None, help=quant_help))(fn)
-        return fn
-    return decorate
-
-
-def _machine_scenario(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name, slot_gen,
-                      slot_lanes, reserved_gib, settings: dict | None = None, bench: dict | None = None,
-                      gpu_gib: float | None = None):
-    """(scenario, machine name): the scenario file's llama.cpp machine, or one built from the options."""
-    from sim.llamacpp.machine import build_scenario, scenario_dict
-
-    if scenario is not None:
-        from sim.config.load import load_scenario
-
-        scn, _ = load_scenario(scenario)
-        names = [n for n, m in scn.machines.items() if m.engine is not None and m.engine.llamacpp is not None]
-        if not names:
-            raise ScenarioError(scenario, "machines", "no machine with an engine.llamacpp section")
-        return scn, names[0]
-    missing = [flag for flag, v in (("--model", model_file), ("--gpu", gpu), ("--host", host)) if v is None]
-    if missing:
-        raise ScenarioError("command line", missing[0], "missing: give a scenario, or --model, --gpu and --host")
-    spec = machine_spec(gpu, gpus, host, ram_gib, os_name, slot_gen, slot_lanes, reserved_gib, gpu_gib)
-    raw = scenario_dict(spec, model_file, quant, settings or {}, model_gib, bench=bench)
-    return build_scenario(raw, "command line"), "box"
 
 
 def _anchor(text: str | None, base) -> dict:
@@ -122,6 +64,64 @@ def _anchor(text: str | None, base) -> dict:
     return out
 
 
+def size_source(scn, name: str, machine: MachineArgs) -> str:
+    """Where the model's size comes from: the GGUF header, --model-gib, or config.json and the quant's recipe."""
+    spec = scn.models[scn.machines[name].engine.model]
+    if machine.model_gib is not None:
+        return f"--model-gib {machine.model_gib:g} (every tensor scaled to it)"
+    if (spec.file or "").endswith(".gguf"):
+        return "the GGUF header (its tensors' types and shapes)"
+    return f"config.json and the per-tensor recipe of {spec.quant} (llama.cpp's quantize rules): give --model " \
+        "FILE.gguf or --model-gib for the file's own size"
+
+
+def fit_choice(scn, name: str, ctx: int, n_prompt: int, n_gen: int, depth: int):
+    """What llama-server with only ``-c`` (current defaults: --fit on, -ngl auto, f16 KV, -ub 512) would run: its
+    candidate, or the reason it does not load."""
+    from sim.core.errors import SimulationError
+    from sim.llamacpp.advise import evaluate
+    from sim.llamacpp.fit import resolve
+
+    base = scn.machines[name].engine.llamacpp.model_copy(update={"fit": True, "n_gpu_layers": -1, "ctx_size": ctx})
+    try:
+        settings, fit = resolve(scn, name, base)
+        return evaluate(scn, name, settings, n_prompt=n_prompt, n_gen=n_gen, depth=depth), fit
+    except SimulationError as exc:
+        return None, str(exc)
+
+
+def rerun_in_llama(adv, machine: MachineArgs, top: int) -> int:
+    """Re-run every placement the advice will show through ``sim llama``'s path (its flags pasted as a llama-server
+    line, read with the current build's defaults); one that does not load there is dropped. How many were."""
+    from sim.cli.llama_cmd import command_settings, machine_dict
+    from sim.cli.llamacpp_text import GOALS, command
+    from sim.core.errors import SimulationError
+    from sim.llamacpp.bench import run_bench
+    from sim.llamacpp.cmdline import parse_command
+    from sim.llamacpp.machine import build_scenario
+
+    dropped = 0
+    for _ in range(len(adv.candidates)):
+        shown = {id(c): c for goal, _ in GOALS for c in adv.best(goal, top)}
+        bad = []
+        for c in shown.values():
+            cmd = parse_command(command(c, "model.gguf"))
+            settings, _ = command_settings(cmd)
+            raw = machine_dict(machine.with_quant(c.quant or machine.quant), machine.model_file, c.quant or
+                               machine.quant, settings, {"n_prompt": [512], "n_gen": [128], "n_depth": [0]})
+            try:
+                rows = run_bench(build_scenario(raw, "command line"), "box")
+            except SimulationError:
+                rows = None
+            if rows is None or any(r.error for r in rows):
+                bad.append(c)
+        if not bad:
+            break
+        adv.candidates = [c for c in adv.candidates if all(c is not b for b in bad)]
+        dropped += len(bad)
+    return dropped
+
+
 @main.command(short_help="Best llama.cpp placements of a model on a machine, to paste.")
 @click.argument("scenario", required=False, type=click.Path(exists=True, dir_okay=False))
 @machine_options(SEVERAL_QUANTS_HELP)
@@ -130,19 +130,19 @@ def _anchor(text: str | None, base) -> dict:
 @click.option("--depth", type=int, default=0, show_default=True, help="Context already in the KV cache (tokens).")
 @click.option("--ctx", type=int, default=8192, show_default=True, help="-c: KV cells to allocate (tokens).")
 @click.option("--parallel", "parallel", default="1", show_default=True, help="-np values to search, e.g. 1,2,4.")
-@click.option("--ubatch", "ubatches", default="512,1024,2048", show_default=True, help="-ub values to search.")
+@click.option("--ubatch", "ubatches", default=None, help="-ub values to search [default: 512,1024,2048, and 4096 "
+              "for prompts of 4096 tokens or more].")
 @click.option("--kv", "kv_types", default="f16,q8_0", show_default=True, help="KV cache types to search.")
 @click.option("--anchor", default=None, help="A run you measured: 'n_cpu_moe=30:tg=25.3,pp=150' (the placement's "
               "keys, then tok/s): predictions scale to it (the band stays the held-out one unless the spread within "
               "one setup is narrower).")
-@click.option("--margin-gib", type=float, default=0.5, show_default=True, help="VRAM a placement must leave free "
-              "on every card (GiB).")
+@click.option("--margin-gib", type=float, default=FIT_TARGET_MIB / 1024, show_default=True, help="VRAM a placement "
+              "must leave free on every card (GiB): what llama.cpp's --fit keeps (--fit-target).")
 @click.option("--top", type=int, default=3, show_default=True, help="How many placements per goal.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @user_errors
-def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name, slot_gen, slot_lanes,
-           reserved_gib, gpu_gib,
-           n_prompt, n_gen, depth, ctx, parallel, ubatches, kv_types, anchor, margin_gib, top, as_json):
+def advise(scenario, machine: MachineArgs, n_prompt, n_gen, depth, ctx, parallel, ubatches, kv_types, anchor,
+           margin_gib, top, as_json):
     """The best llama.cpp placements (--n-cpu-moe, -ngl, -ub, KV type, -np) of a model on a machine, for decode,
     for prefill and for a request of --prompt + --gen tokens: predicted tok/s with a 90% band, VRAM and RAM, and
     the flags to paste. The machine comes from SCENARIO (its llama.cpp engine) or from --model, --gpu, --host."""
@@ -153,29 +153,37 @@ def advise(scenario, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_
         raise ScenarioError("--top", str(top), "expected at least 1")
     margin_gib = margin_option(margin_gib)
     start = time.perf_counter()
-    quants = quants_option(quant, anchor, model_gib)
+    quants = quants_option(machine.quant, anchor, machine.model_gib)
+    if ubatches is None:  # a ubatch longer than the prompt cannot gain
+        ubatches = "512,1024,2048" + (",4096" if n_prompt >= 4096 else "")
     nps, ubs, kvs = search_lists(parallel, ubatches, kv_types, len(quants))
     from sim.llamacpp.advise import merged
     from sim.llamacpp.params import BAND as band
+    from sim.llamacpp.params import BAND_NEAR as near
     from sim.llamacpp.params import BAND_WITHIN as within
 
     advices = {}
     for q in quants:
-        scn, machine = _machine_scenario(scenario, model_file, q, model_gib, gpu, gpus, host, ram_gib, os_name,
-                                         slot_gen, slot_lanes, reserved_gib, gpu_gib=gpu_gib)
-        unified = unified_search(scn, machine)
-        base = scn.machines[machine].engine.llamacpp
-        advices[q] = search(scn, machine, n_prompt=n_prompt, n_gen=n_gen, depth=depth, ctx=ctx,
+        scn, name = machine_scenario(scenario, machine.with_quant(q))
+        unified = unified_search(scn, name)
+        base = scn.machines[name].engine.llamacpp
+        advices[q] = search(scn, name, n_prompt=n_prompt, n_gen=n_gen, depth=depth, ctx=ctx,
                             anchor=_anchor(anchor, base), ubatches=ubs, kv_types=kvs, parallel=nps, band=band,
-                            band_within=within, margin_gib=margin_gib)
+                            band_within=within, margin_gib=margin_gib, band_near=near)
     adv = advices[quants[0]] if len(quants) == 1 else merged(advices)
     if not adv.candidates:
         first = next(iter(adv.rejected.values()), "no placement searched")
         fail(f"no placement of the model loads on this machine ({len(adv.rejected)} tried); the first: {first}", 1)
-    what = {"scenario": scn, "machine": machine, "n_prompt": n_prompt, "n_gen": n_gen, "depth": depth, "ctx": ctx,
+    if scenario is None:
+        dropped = rerun_in_llama(adv, machine, top)
+        if dropped:
+            click.echo(f"sim: note: {dropped} placement(s) left out: they did not load when re-run as sim llama runs "
+                       "them", err=True)
+    what = {"scenario": scn, "machine": name, "n_prompt": n_prompt, "n_gen": n_gen, "depth": depth, "ctx": ctx,
             "seconds": time.perf_counter() - start, "unified": unified, "margin_gib": margin_gib,
             "quants": {q: a for q, a in advices.items()} if len(quants) > 1 else {},
-            "sizes": quant_sizes(advices, scn, machine) if len(quants) > 1 else {}}
+            "sizes": quant_sizes(advices, scn, name) if len(quants) > 1 else {},
+            "size_from": size_source(scn, name, machine), "fit": fit_choice(scn, name, ctx, n_prompt, n_gen, depth)}
     if as_json:
         from sim.cli.llamacpp_text import advice_json
 
@@ -237,184 +245,6 @@ def fit_offload(root, out, bench_files, scenario, max_evaluations):
     click.echo(f"wrote {out} and {report} ({result.evaluations} evaluations)")
 
 
-SCHEMA_KEYS = ("n_gpu_layers", "n_cpu_moe", "cpu_moe", "override_tensor", "ctx_size", "batch_size", "ubatch_size",
-               "threads", "flash_attn", "cache_type_k", "cache_type_v", "parallel", "mmap", "tensor_split",
-               "kv_offload", "op_offload")
-
-
-def command_settings(cmd) -> tuple[dict, list[str]]:
-    """The ``engine.llamacpp`` keys of a parsed command line, and what the engine leaves out (one note each)."""
-    out, notes = {}, []
-    for key, value in cmd.settings.items():
-        if key in SCHEMA_KEYS:
-            out[key] = value
-        else:
-            notes.append(f"{key}={value!r}: no effect on speed or memory in the model")
-    if out.get("n_gpu_layers") == -1:  # auto: llama.cpp's --fit places what fits (done by `fit_auto`)
-        out["n_gpu_layers"] = 999
-        notes.append("-ngl auto: every layer on the GPU, then --n-cpu-moe raised until it fits (llama.cpp's --fit)")
-        out["_fit"] = True
-    if cmd.unknown:
-        notes.append(f"not understood, left out: {' '.join(cmd.unknown)}")
-    return out, notes
-
-
-def fit_auto(scn, machine: str, margin_gib: float = 1.0):
-    """llama.cpp's ``--fit``: the fewest layers' experts on the CPU that leave ``margin_gib`` free on every card."""
-    from sim.core.errors import SimulationError
-    from sim.llamacpp.bench import bench_setup
-    from sim.llamacpp.setup import placement_model
-
-    m = scn.machines[machine]
-    base = m.engine.llamacpp
-    spec = scn.models[m.engine.model]
-    layers = placement_model(spec.file, spec.quant, spec.weights_gib).geometry.layers  # dense blocks may lead
-    for n in range(base.n_cpu_moe, layers + 1):
-        s = base.model_copy(update={"n_cpu_moe": n})
-        try:
-            st = bench_setup(scn, machine, s, s.ctx_size)
-        except SimulationError:
-            continue
-        if all(mem.free is None or mem.total <= mem.free - margin_gib * 2**30 for mem in st.memory):
-            return s
-    return base
-
-
-@main.command("llama", short_help="A pasted llama.cpp command line, run on catalog hardware.")
-@click.argument("command_line")
-@machine_options()
-@click.option("--write", "write_to", default=None, type=click.Path(dir_okay=False),
-              help="Write the scenario (YAML) here instead of running it.")
-@click.option("--json", "as_json", is_flag=True, help="Print the run as sim run --json does.")
-@user_errors
-def llama(command_line, model_file, quant, model_gib, gpu, gpus, host, ram_gib, os_name, slot_gen, slot_lanes,
-          reserved_gib, gpu_gib, write_to, as_json):
-    """Run (or --write) a scenario from a pasted llama-server / llama-cli / llama-bench / llama-sweep-bench /
-    llama-batched-bench COMMAND_LINE on the machine --gpu and --host name (catalog types). The model is the command's
-    -m when it is a GGUF file here, else --model (a config.json with --quant). A llama-bench line runs its tests
-    (every value of a swept flag, as llama-bench does); a llama-batched-bench line prints its table, a row per -npp x
-    -ntg x -npl test that fits in -c; a server or cli line runs llama-bench's defaults, pp512 and tg128."""
-    from sim.config.yaml_io import dump_yaml
-    from sim.llamacpp.cmdline import parse_command
-    from sim.llamacpp.machine import build_scenario, scenario_dict
-
-    cmd = parse_command(command_line)
-    path = model_file
-    if path is None and cmd.model_path and cmd.model_path.endswith(".gguf") and os.path.exists(cmd.model_path):
-        path = cmd.model_path
-    if path is None:
-        raise ScenarioError("command line", "-m", f"{cmd.model_path or 'no model'}: not a GGUF file here; give "
-                            "--model (a config.json, with --quant, or a .gguf)")
-    missing = [flag for flag, v in (("--gpu", gpu), ("--host", host)) if v is None]
-    if missing:
-        raise ScenarioError("command line", missing[0], "missing: the machine's catalog GPU type and host")
-    quant = quants_option(quant, None, None, most=1)[0]
-    settings, notes = command_settings(cmd)
-    auto = settings.pop("_fit", False)
-    b = cmd.bench or {}
-    batched = cmd.program == "llama-batched-bench"
-    bench = None if batched else {"n_prompt": list(b.get("n_prompt", [512])), "n_gen": list(b.get("n_gen", [128])),
-                                  "n_depth": list(b.get("n_depth", [0]))}
-    if batched:
-        from sim.cli.llamacpp_text import batched_notes
-
-        notes += batched_notes(cmd, settings)
-    spec = machine_spec(gpu, gpus, host, ram_gib, os_name, slot_gen, slot_lanes, reserved_gib, gpu_gib)
-    raw = scenario_dict(spec, path, quant, settings, model_gib, name="llama", bench=bench)
-    raw["description"] = f"From: {command_line.strip()[:400]}"
-    scn = build_scenario(raw, "command line")
-    if auto:
-        fitted = fit_auto(scn, "box")
-        raw["machines"]["box"]["engine"]["llamacpp"]["n_cpu_moe"] = fitted.n_cpu_moe
-        scn = build_scenario(raw, "command line")
-    for note in notes:
-        click.echo(f"sim: note: {note}", err=True)
-    if write_to:
-        from sim.core.output import atomic_write_text
-
-        atomic_write_text(write_to, dump_yaml(raw))
-        click.echo(f"wrote {write_to} (sim run {write_to})" + (
-            "; a scenario holds the machine and engine, not llama-batched-bench's -npp / -ntg / -npl tests: run the "
-            "line with sim llama" if batched else ""))
-        return
-    if batched:
-        _run_batched(scn, cmd, as_json)
-        return
-    _run_with_sweeps(raw, scn, cmd, as_json)
-
-
-def _run_batched(scn, cmd, as_json: bool) -> None:
-    """llama-batched-bench's tests of the line on the scenario's machine: its table, or the rows as JSON."""
-    from sim.cli.llamacpp_text import batched_json, batched_text
-    from sim.core.errors import SimulationError
-    from sim.llamacpp.batched import batched_setup, run_batched
-    from sim.llamacpp.cmdline_batched import batched_tests
-
-    b, settings = cmd.bench, scn.machines["box"].engine.llamacpp
-    rows = run_batched(scn, "box", settings, b["n_pp"], b["n_tg"], b["n_pl"], pp_shared=b["is_pp_shared"])
-    done = {(r.pp, r.tg, r.b) for r in rows}
-    skipped = [test for test in batched_tests(b) if test not in done]
-    try:
-        setup = batched_setup(scn, "box", settings, b["n_pl"] or [1])
-    except SimulationError:
-        setup = None  # the rows say why
-    what = {"scenario": scn, "machine": "box", "settings": settings, "bench": b, "setup": setup, "skipped": skipped}
-    if as_json:
-        from sim.core.output import dumps
-
-        click.echo(dumps(batched_json(rows, what)), nl=False)
-        return
-    click.echo("\n".join(batched_text(rows, what)))
-
-
-def _run_with_sweeps(raw: dict, scn, cmd, as_json: bool) -> None:
-    """``sim run`` of the scenario; with llama-bench sweeps, once per combination of the swept values, each
-    validated and checked as a scenario file would be; at most MAX_BENCH_TESTS tests in all. A test that cannot
-    load is null in JSON (its rate, time and memory) with its ``error``, as ``sim run --json`` writes it."""
-    import copy
-    import itertools
-
-    from sim.core.output import dumps
-    from sim.llamacpp.machine import build_scenario
-    from sim.report import run_text
-    from sim.runner import run, summary
-
-    swept = {k: v for k, v in cmd.sweeps.items() if k in SCHEMA_KEYS}
-    _check_tests(scn, swept)
-    combos = [dict(zip(swept, values, strict=True)) for values in itertools.product(*swept.values())] or [{}]
-    docs = []
-    for combo in combos:
-        case = scn
-        if combo:
-            varied = copy.deepcopy(raw)
-            varied["machines"]["box"]["engine"]["llamacpp"].update(combo)
-            case = build_scenario(varied, "command line")
-        res = run(case, scn.seed)
-        if as_json:
-            docs.append(summary(res, "command line") | {"sweep": combo})
-        else:
-            if combo:
-                click.echo(", ".join(f"{k}={v}" for k, v in combo.items()) + ":")
-            click.echo(run_text(res), nl=False)
-    if as_json:
-        click.echo(dumps(docs[0] if len(docs) == 1 else docs), nl=False)
-
-
-def _check_tests(scn, swept: dict[str, list]) -> None:
-    """A llama-bench line's tests (its -p and -n lengths at every -d, once per combination of the swept flags'
-    values), at most MAX_BENCH_TESTS, as a scenario's bench section."""
-    from sim.config.llamacpp import MAX_BENCH_TESTS
-    from sim.llamacpp.cmdline import bench_flag
-
-    tests = scn.bench.tests() if scn.bench is not None else 1
-    for values in swept.values():
-        tests *= len(values)
-    if tests > MAX_BENCH_TESTS:
-        flags = " x ".join(["-p/-n/-d tests", *(bench_flag(key) for key in swept)])
-        raise ScenarioError("command line", "bench", f"{flags} make {tests:,} tests: expected at most "
-                            f"{MAX_BENCH_TESTS:,} (split the sweep into several runs, each a part of its values)")
-
-
 def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None, max_evaluations: int = 60) -> None:
     """``sim fit-offload --bench FILE --scenario S``: a calibration file for S's llama.cpp engine."""
     from sim.calibration.own_runs import (
@@ -431,7 +261,7 @@ def _fit_own(scenario: str, bench_files: tuple[str, ...], out: str | None, max_e
     from sim.formats.bench_files import is_bench_output, read_bench_file
     from sim.llamacpp.params import unit
 
-    scn, machine = _machine_scenario(scenario, None, None, None, None, 1, None, None, "linux", None, 16, 0.0)
+    scn, machine = machine_scenario(scenario, MachineArgs(os_name="linux"))
     base = scn.machines[machine].engine.llamacpp
     runs, notes, warnings = [], [], []
     for path in bench_files:

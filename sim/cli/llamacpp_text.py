@@ -49,7 +49,7 @@ def advice_text(adv, what: dict, top: int) -> list[str]:
     n_prompt, n_gen, depth = what["n_prompt"], what["n_gen"], what["depth"]
     spec = what["scenario"].models[what["scenario"].machines[what["machine"]].engine.model]
     model = os.path.splitext(os.path.basename(spec.file or "MODEL"))[0] + ".gguf"
-    lines = [_machine_line(what),
+    lines = [_machine_line(what)] + ([f"model size from {what['size_from']}"] if what.get("size_from") else []) + [
              f"searched {len(adv.candidates) + len(adv.rejected)} placements in {what['seconds']:.1f} s: "
              f"{len(adv.candidates)} load, {len(adv.rejected)} do not fit (-c {what['ctx']})"]
     u = what.get("unified")
@@ -76,11 +76,50 @@ def advice_text(adv, what: dict, top: int) -> list[str]:
             need = _gpu_limit(what, c)
             if need:
                 lines.append(f"     {need}")
+    lines += _fit_lines(adv, what)
     if what.get("sizes"):
         lines += ["", "quantizations ranked by speed alone: what each loses in quality is not modelled"]
     lines += ["", "bands: 5th-95th percentile of measured / simulated on the public sweeps kept out of the fit "
               "(calibration/llamacpp_report.md); tg is llama-bench's tg, pp its pp"]
     return wrap_all(lines)
+
+
+def fit_comparison(adv, what: dict) -> dict[str, Any] | None:
+    """The best decode placement against what llama.cpp's --fit picks with only -c given: both rates, the gain and
+    what differs (None when no fit was run)."""
+    if what.get("fit") is None:
+        return None
+    chosen, fit = what["fit"]
+    best = adv.best("tg", 1)
+    if chosen is None:
+        return {"loads": False, "reason": fit}
+    out = {"loads": True, "flags": chosen.flags(), "tg_tok_s": adv.scaled(chosen, "tg"),
+           "pp_tok_s": adv.scaled(chosen, "pp"), "vram_gib": chosen.vram_gib}
+    if best:
+        b = best[0]
+        why = []
+        if b.settings.cache_type_k != chosen.settings.cache_type_k:
+            why.append(f"a {b.settings.cache_type_k} KV cache (the fit keeps {chosen.settings.cache_type_k})")
+        if b.settings.ubatch_size != chosen.settings.ubatch_size:
+            why.append(f"-ub {b.settings.ubatch_size}")
+        if b.cpu_expert_layers != chosen.cpu_expert_layers:
+            why.append(f"experts of {b.cpu_expert_layers} layers on the CPU (the fit: {chosen.cpu_expert_layers})")
+        out |= {"tg_gain": adv.scaled(b, "tg") / adv.scaled(chosen, "tg") - 1.0, "why": why}
+    return out
+
+
+def _fit_lines(adv, what: dict) -> list[str]:
+    cmp = fit_comparison(adv, what)
+    if cmp is None:
+        return []
+    if not cmp["loads"]:
+        return ["", f"llama.cpp's --fit with only -c {what['ctx']}: does not load ({cmp['reason']})"]
+    lines = ["", f"llama.cpp's --fit with only -c {what['ctx']} (its defaults): tg {cmp['tg_tok_s']:.1f} tok/s, "
+             f"pp {cmp['pp_tok_s']:.1f} tok/s, VRAM {cmp['vram_gib']:.2f} GiB"]
+    if "tg_gain" in cmp:
+        lines.append(f"  the best for decode above: {cmp['tg_gain']:+.0%} tg" + (
+            f", from {', '.join(cmp['why'])}" if cmp["why"] else ""))
+    return lines
 
 
 def _gpu_limit(what: dict, c) -> str:
@@ -115,7 +154,8 @@ def advice_json(adv, what: dict, top: int) -> dict[str, Any]:
             "anchor": adv.anchor, "band": {k: list(v) for k, v in adv.band.items()},
             "unified": {k: v for k, v in (what.get("unified") or {}).items()} or None,
             "best": {goal: [_candidate_json(adv, c) | _unified_json(what, c) for c in adv.best(goal, top)]
-                     for goal, _ in GOALS}}
+                     for goal, _ in GOALS},
+            "size_from": what.get("size_from"), "fit": fit_comparison(adv, what)}
 
 
 # llama-batched-bench (sim llama) ------------------------------------------------------------------------------------

@@ -94,8 +94,9 @@ class LlamaCpp(Strict):
     """llama.cpp (or ik_llama.cpp, Ollama, LM Studio: llama.cpp underneath) on one machine: which tensors each device
     holds, the buffers it allocates, how a step and a prompt run across the CPU and the GPUs."""
 
-    n_gpu_layers: int = Field(999, ge=0, le=100_000, description="-ngl: the last N layers on the GPUs, the output head "
-                              "counting as the last one (llama.cpp: i_gpu_start = n_layer + 1 - n_gpu_layers).")
+    n_gpu_layers: int = Field(999, ge=-1, le=100_000, description="-ngl: the last N layers on the GPUs, the output "
+                              "head counting as the last one (llama.cpp: i_gpu_start = n_layer + 1 - n_gpu_layers); "
+                              "-1: auto (with fit on, the fit places layers; else every layer).")
     n_cpu_moe: int = Field(0, ge=0, le=100_000, description="--n-cpu-moe: routed experts of the first N layers stay "
                            "in host RAM, computed by the CPU.")
     cpu_moe: bool = Field(False, description="--cpu-moe: every layer's routed experts stay on the CPU.")
@@ -103,17 +104,30 @@ class LlamaCpp(Strict):
         default_factory=list, description="-ot rules 'REGEX=BUFFER' (BUFFER: CPU or a card as the backend names it: "
         "CUDA0, ROCm0, Vulkan0, Metal, SYCL0, ...): a tensor whose GGUF name (blk.12.ffn_up_exps.weight) the first "
         "matching rule finds goes to that buffer.")
-    ctx_size: int = Field(4096, ge=1, le=MAX_CTX, description="-c: KV cells allocated, all slots together "
+    ctx_size: int = Field(4096, ge=0, le=MAX_CTX, description="-c: KV cells allocated, all slots together (0: the "
+                          "model's training context; with the fit on, that per slot unless kv_unified, or what the fit "
+                          "cuts it to) "
                           "(tokens).")
     batch_size: int = Field(2048, ge=1, le=MAX_UBATCH, description="-b: logical batch (tokens).")
     ubatch_size: int = Field(512, ge=1, le=MAX_UBATCH, description="-ub: physical batch a prompt is processed in "
                              "(tokens).")
     threads: int | None = Field(None, ge=1, le=4096, description="-t: CPU threads (default: the host's cores).")
+    threads_batch: int | None = Field(None, ge=1, le=4096, description="-tb: CPU threads for prompts, batches of "
+                                      "more than one token (default: threads).")
     flash_attn: bool | Literal["auto"] = Field("auto", description="-fa: flash attention (auto: on where the "
                                                "backend has the kernel, every GPU backend here).")
     cache_type_k: KvType = Field("f16", description="-ctk: type of the K cache.")
     cache_type_v: KvType = Field("f16", description="-ctv: type of the V cache.")
     parallel: PositiveInt = Field(1, le=MAX_PARALLEL, description="-np: server slots decoding together.")
+    kv_unified: bool = Field(False, description="-kvu: one KV cache all slots share (a slot may use every cell); "
+                             "off: each slot gets ctx_size / parallel cells.")
+    fit: bool = Field(False, description="--fit: before loading, llama.cpp sets what the user left unset (-c 0, "
+                      "-ngl -1) so that every card keeps fit_target_mib free (sim.llamacpp.fit); on by default in "
+                      "current builds.")
+    fit_target_mib: float = Field(1024.0, ge=0, le=1 << 20, description="--fit-target: memory each card keeps "
+                                  "free after the fit (MiB).")
+    fit_ctx: int = Field(4096, ge=1, le=MAX_CTX, description="--fit-ctx: the smallest context the fit cuts -c 0 to "
+                         "(tokens).")
     mmap: bool = Field(True, description="--mmap / --no-mmap: weights for the CPU mapped from the file (pageable), "
                        "or read into pinned host memory (copied to a card at the link's full rate).")
     tensor_split: list[float] | None = Field(

@@ -45,6 +45,17 @@ class Candidate:
 
     all_layers: int = 0  # the model's layers + 1 (the output head): -ngl at least this is "every layer"
     quant: str = ""  # the model's quantization, when several were searched
+    cpu_weight_share: float = 0.0  # share of the weights' bytes on the CPU (where the placement sits)
+
+    def placement_key(self) -> tuple:
+        """The flags that decide its rates: -ngl (every layer as one), --n-cpu-moe, -ot, the batch, the KV cache,
+        -np, -fa and the threads (-c and the rest aside)."""
+        s = self.settings
+        ngl = min(s.n_gpu_layers, self.all_layers) if self.all_layers else s.n_gpu_layers
+        flash = True if s.flash_attn == "auto" else s.flash_attn  # auto is on wherever the search puts -fa on
+        return (ngl, s.n_cpu_moe, s.cpu_moe, tuple(s.override_tensor), min(s.ubatch_size, s.batch_size),
+                s.cache_type_k, s.cache_type_v, s.parallel, flash, s.threads, s.threads_batch,
+                tuple(s.tensor_split or ()))
 
     def flags(self) -> str:
         s = self.settings
@@ -53,6 +64,12 @@ class Candidate:
         parts = [f"-ngl {ngl}"]
         if s.n_cpu_moe:
             parts.append(f"--n-cpu-moe {s.n_cpu_moe}")
+        if s.override_tensor:
+            import shlex
+
+            from sim.llamacpp.fit import merged_rules
+
+            parts += [f"-ot {shlex.quote(rule)}" for rule in merged_rules(s.override_tensor)]
         parts += [f"-ub {s.ubatch_size}", f"-b {max(s.batch_size, s.ubatch_size)}"]
         if s.cache_type_k != "f16" or s.cache_type_v != "f16":
             parts += [f"-ctk {s.cache_type_k}", f"-ctv {s.cache_type_v}"]
@@ -68,10 +85,13 @@ class Advice:
     rejected: dict[str, str] = field(default_factory=dict)  # flags -> why it does not load
     band: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_BAND))
     anchor: dict[str, float] = field(default_factory=dict)  # test -> measured / simulated at the anchor's placement
+    anchor_share: dict[str, float] = field(default_factory=dict)  # test -> the anchor's CPU weight share
+    anchor_flags: dict[str, tuple] = field(default_factory=dict)  # test -> the anchor's Candidate.placement_key
+    near: dict[str, list] = field(default_factory=dict)  # test -> [[distance, lo, hi], ...] (BAND_NEAR)
 
     def best(self, key: str, n: int = 3) -> list[Candidate]:
         """The best ``n`` placements by ``key``: ``tg``, ``pp`` (highest rate) or ``mix`` (shortest request); one per
-        placement of the layers and experts (-ngl, --n-cpu-moe, -np), its best -ub and KV type; rates equal to
+        placement of the layers and experts (-ngl, --n-cpu-moe, -ot, -np), its best -ub and KV type; rates equal to
         three digits go to an f16 KV cache, then to less VRAM."""
         def quality(c: Candidate) -> bool:  # an f16 KV cache first among equals
             return c.settings.cache_type_k != "f16" or c.settings.cache_type_v != "f16"
@@ -85,7 +105,7 @@ class Advice:
         out, seen = [], set()
         for c in ranked:
             s = c.settings
-            place = (c.quant, s.n_gpu_layers, s.n_cpu_moe, s.parallel)
+            place = (c.quant, s.n_gpu_layers, s.n_cpu_moe, tuple(s.override_tensor), s.parallel)
             if place not in seen:
                 seen.add(place)
                 out.append(c)
@@ -97,8 +117,21 @@ class Advice:
         rate = c.tg_tok_s if test == "tg" else c.pp_tok_s
         return rate * self.anchor.get(test, 1.0)
 
-    def interval(self, c: Candidate, test: str) -> tuple[float, float]:
+    def band_of(self, c: Candidate, test: str) -> tuple[float, float]:
+        """The 90% band of ``c``'s ``test`` rate: at an anchor's placement (the same flags) the spread of repeated
+        runs, near it the spread held-out pairs show at that distance (CPU weight share apart), each only when
+        narrower than the band for any placement (sim.fidelity.llamacpp.near_bands)."""
         lo, hi = self.band[test]
+        if test in self.anchor_share and self.near.get(test):
+            same = c.placement_key() == self.anchor_flags.get(test)
+            d = -1.0 if same else abs(c.cpu_weight_share - self.anchor_share[test])
+            row = next((r for r in self.near[test] if d <= r[0] + 1e-12), None)
+            if row is not None and row[2] / row[1] < hi / lo:
+                lo, hi = row[1], row[2]
+        return lo, hi
+
+    def interval(self, c: Candidate, test: str) -> tuple[float, float]:
+        lo, hi = self.band_of(c, test)
         rate = self.scaled(c, test)
         return rate * lo, rate * hi
 
@@ -145,12 +178,13 @@ def evaluate(scn: Scenario, machine: str, settings: LlamaCpp, *, n_prompt: int, 
     ub = min(settings.ubatch_size, settings.batch_size)
     b = settings.parallel
     tg = b * n_gen / e.generate_s(n_gen, depth, batch=b) if n_gen else float("nan")
-    pp = n_prompt / e.prompt_s(n_prompt, depth, ub) if n_prompt else float("nan")
-    request = (e.prompt_s(n_prompt, depth, ub) if n_prompt else 0.0) + (e.generate_s(n_gen, depth + n_prompt)
+    pp = n_prompt / st.prompt.prompt_s(n_prompt, depth, ub) if n_prompt else float("nan")
+    request = (st.prompt.prompt_s(n_prompt, depth, ub) if n_prompt else 0.0) + (e.generate_s(n_gen, depth + n_prompt)
                                                                         if n_gen else 0.0)
     spill = sum(m.excess for m in st.memory) / 2**30
+    weights = sum(m.weights for m in st.memory)
     return Candidate(settings, tg, pp, request, st.vram_gib(), st.ram_gib(), spill, st.placement.cpu_expert_blocks(),
-                     st.placement.model.blocks + 1)
+                     st.placement.model.blocks + 1, cpu_weight_share=st.memory[0].weights / weights if weights else 0.0)
 
 
 def merged(advices: dict[str, Advice]) -> Advice:
@@ -164,11 +198,35 @@ def merged(advices: dict[str, Advice]) -> Advice:
     return out
 
 
+def fit_placements(scn: Scenario, machine: str, searched: list[LlamaCpp], margin_gib: float) -> list[LlamaCpp]:
+    """What llama.cpp's --fit places for each -ub, KV type and -np searched, keeping ``margin_gib`` free: whole layers'
+    experts and part of one more layer (-ot rules), which the --n-cpu-moe / -ngl grid cannot say; only those that
+    differ from a grid placement."""
+    from sim.llamacpp.fit import resolve
+
+    out, seen = [], set()
+    for s in searched:
+        key = (s.ubatch_size, s.cache_type_k, s.cache_type_v, s.parallel)
+        if key in seen or not scn.machines[machine].gpus:
+            continue
+        seen.add(key)
+        ask = s.model_copy(update={"fit": True, "n_gpu_layers": -1, "n_cpu_moe": 0, "cpu_moe": False,
+                                   "override_tensor": [], "tensor_split": None, "fit_target_mib": margin_gib * 1024})
+        try:
+            fitted, fit = resolve(scn, machine, ask)
+        except SimulationError:
+            continue
+        if fit is not None and not fit.failed and fitted.override_tensor:
+            out.append(fitted)
+    return out
+
+
 def advise(scn: Scenario, machine: str, *, n_prompt: int = 512, n_gen: int = 128, depth: int = 0, ctx: int = 8192,
            params: CostParams | None = None, anchor: dict[str, tuple[LlamaCpp, float]] | None = None,
            ubatches: tuple[int, ...] = (512, 1024, 2048), kv_types: tuple[str, ...] = ("f16", "q8_0"),
            parallel: tuple[int, ...] = (1,), band: dict[str, tuple[float, float]] | None = None,
-           band_within: dict[str, tuple[float, float]] | None = None, margin_gib: float = 0.5) -> Advice:
+           band_within: dict[str, tuple[float, float]] | None = None, margin_gib: float = 0.5,
+           band_near: dict[str, list] | None = None) -> Advice:
     """Search the placements of the machine's model (module docstring). ``anchor``: test (``tg``/``pp``) -> (the
     settings it ran with, measured tok/s)."""
     m = scn.machines[machine]
@@ -181,7 +239,8 @@ def advise(scn: Scenario, machine: str, *, n_prompt: int = 512, n_gen: int = 128
     g = placement_model(spec.file, spec.quant, spec.weights_gib).geometry
     out = Advice([], band=dict(band or DEFAULT_BAND))
     spilling = []
-    for s in candidate_settings(base, g.moe_layers if g.is_moe else 0, g.layers, ubatches, kv_types, parallel):
+    searched = candidate_settings(base, g.moe_layers if g.is_moe else 0, g.layers, ubatches, kv_types, parallel)
+    for s in searched + fit_placements(scn, machine, searched, margin_gib):
         try:
             c = evaluate(scn, machine, s, n_prompt=n_prompt, n_gen=n_gen, depth=depth, params=params,
                          margin_gib=margin_gib)
@@ -202,6 +261,9 @@ def advise(scn: Scenario, machine: str, *, n_prompt: int = 512, n_gen: int = 128
             raise ScenarioError("--anchor", test, f"its placement does not load here: {exc}") from None
         rate = c.tg_tok_s if test == "tg" else c.pp_tok_s
         out.anchor[test] = measured / rate
+        out.anchor_share[test] = c.cpu_weight_share
+        out.anchor_flags[test] = c.placement_key()
+        out.near[test] = list((band_near or {}).get(test, []))
         if band_within and test in band_within:  # narrower only when one setup's spread is narrower
             (lo, hi), (blo, bhi) = band_within[test], out.band[test]
             if hi / lo < bhi / blo:

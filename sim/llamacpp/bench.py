@@ -55,6 +55,7 @@ def run_test(setup: LlamaSetup, n_prompt: int, n_gen: int, n_depth: int) -> Benc
     e, s = setup.engine, setup.settings
     ubatch = min(s.ubatch_size, s.batch_size)
     if n_prompt:
+        e = setup.prompt
         seconds, tokens = e.prompt_s(n_prompt, n_depth, ubatch), n_prompt
         many = -(-n_prompt // ubatch) > MAX_EXACT_UBATCHES
         parts = [e.prompt_parts(n_prompt, n_depth, ubatch)] if many else \
@@ -77,8 +78,16 @@ def bench_setup(scn: Scenario, machine: str, settings: LlamaCpp, ctx: int, param
                 ) -> LlamaSetup:
     """The engine as llama-bench creates it for one test: a context of ``ctx`` cells, or the ``ctx_size`` the
     settings name when larger (a server's -c: its KV is allocated whatever the request)."""
-    if "ctx_size" in settings.model_fields_set:
+    from sim.llamacpp.fit import resolve
+
+    given = "ctx_size" in settings.model_fields_set
+    settings, fitted = resolve(scn, machine, settings)  # -c 0, -ngl -1 and --fit as llama.cpp resolves them
+    if given:
         ctx = max(ctx, settings.ctx_size)
+    if fitted is not None:
+        st = setup_llamacpp(scn, machine, settings.model_copy(update={"ctx_size": max(ctx, 1)}), params)
+        st.notes.insert(0, fitted.summary())
+        return st
     return setup_llamacpp(scn, machine, settings.model_copy(update={"ctx_size": max(ctx, 1)}), params)
 
 

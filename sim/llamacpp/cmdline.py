@@ -21,7 +21,7 @@ of layers 0..N-1 on the CPU), ``cpu_moe``, ``override_tensor`` (list of ``regex=
 ``flash_attn`` (True, False or "auto"; a bare ``-fa`` of older builds is on); text ``cache_type_k``,
 ``cache_type_v``, ``split_mode``, ``device`` (verbatim); ``tensor_split`` (proportions, ``-ts 3,1`` or ``3/1``);
 booleans ``mmap`` (also ``-lm MODE``, llama-bench ``-mmp 0|1``), ``mlock``, ``kv_offload``, ``op_offload``,
-``cont_batching``, ``fit``.
+``cont_batching``, ``fit``, ``kv_unified``; ``fit_target_mib`` (``-fitt``: MiB per device, a list) and ``fit_ctx``.
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ mmap lm -lm --load-mode; mlock on --mlock; tensor_split ts -ts --tensor-split; s
 main_gpu int0 -mg --main-gpu; kv_offload on -kvo --kv-offload; kv_offload off -nkvo --no-kv-offload
 op_offload on --op-offload; op_offload off -nopo --no-op-offload; n_predict int -n --predict --n-predict
 cont_batching on -cb --cont-batching; cont_batching off -nocb --no-cont-batching; device str -dev --device
-fit onoff -fit --fit; model model -m --model
+fit onoff -fit --fit; fit_target_mib fitt -fitt --fit-target; fit_ctx int1 -fitc --fit-ctx
+kv_unified on -kvu --kv-unified; kv_unified off -no-kvu --no-kv-unified; model model -m --model
 """, """--host --port -a --alias --temp --temperature -s --seed --min-p --presence-penalty --frequency-penalty -l
 --logit-bias -j -jf -rea -lv --verbosity -p --prompt -f --file -sys -sysf -r --reverse-prompt --in-prefix
 --in-suffix --path -to --timeout --threads-http --media-path --keep --cache-reuse --pooling --tags --output-format
@@ -234,7 +235,7 @@ def _int_range(flag: str, value: str, allow_negative: bool) -> list[int]:
 _READ: dict[str, Callable[[str, str], Any]] = {
     "int": _to_int, "int0": lambda f, v: _to_int(f, v, 0), "int1": lambda f, v: _to_int(f, v, 1), "ngl": _to_ngl,
     "ctype": _to_ctype, "sm": lambda f, v: _word(f, v, _SPLIT), "str": lambda f, v: v,
-    "ts": lambda f, v: _to_ts(f, v, ",/"),
+    "ts": lambda f, v: _to_ts(f, v, ",/"), "fitt": lambda f, v: _to_ts(f, v, ",/"),
 }
 _READ_EACH: dict[str, Callable[[str, str], Any]] = {  # llama-bench: one value of a comma list
     "ctypes": _to_ctype, "sms": _READ["sm"], "fas": lambda f, v: _word(f, v, _FA, "on, off or auto"),
@@ -413,6 +414,7 @@ tensor_split --tensor-split ts --tensor-split ts; split_mode --split-mode sm --s
 main_gpu --main-gpu int0 --main-gpu int0; kv_offload --kv-offload/--no-kv-offload pair --no-kv-offload not01
 op_offload --op-offload/--no-op-offload pair --no-op-offload not01; n_predict --n-predict int - -
 cont_batching --cont-batching/--no-cont-batching pair - -; device --device str --device str; fit --fit onoff - -
+kv_unified --kv-unified/--no-kv-unified pair - -; fit_target_mib --fit-target ts - -; fit_ctx --fit-ctx int1 - -
 """.replace("\n", ";").split(";") if row.strip())}
 
 

@@ -15,7 +15,7 @@ class MachineSpec:
     """The hardware in catalog terms: a GPU type (``gpus`` of it), its link, a host and its OS."""
 
     gpu: str | None  # catalog GPU type; None: a CPU-only machine (llama.cpp without a card)
-    host: str  # catalog host
+    host: str | None  # catalog host; None: the host_fields describe it
     gpus: int = 1
     slot_gen: int | None = None  # default: the card's own generation
     slot_lanes: int = 16
@@ -31,7 +31,7 @@ def scenario_dict(spec: MachineSpec, model_file: str, quant: str | None, setting
     (its flags' keys)."""
     from sim.catalog import gpu_entries
 
-    host: dict[str, Any] = {"type": spec.host} | dict(spec.host_fields)
+    host: dict[str, Any] = ({"type": spec.host} if spec.host else {}) | dict(spec.host_fields)
     os_name = spec.os
     if os_name is None:  # an Apple chip runs macOS, everything else Linux unless said
         os_name = "macos" if gpu_entries().get(spec.gpu or "", {}).get("vendor") == "apple" else "linux"

@@ -196,6 +196,12 @@ DEFAULTS: dict[str, float] = {
 # measured run anchors the prediction (calibration/llamacpp.yaml band, band_within)
 BAND: dict[str, tuple[float, float]] = {"tg": (0.4228, 1.671), "pp": (0.2194, 2.123)}
 BAND_WITHIN: dict[str, tuple[float, float]] = {"tg": (0.707, 1.379), "pp": (0.4466, 2.232)}
+# near an anchor: [CPU weight share apart (-1: the same flags, a repeat), lo, hi] (sim.fidelity.llamacpp.near_bands)
+BAND_NEAR: dict[str, list[tuple[float, float, float]]] = {
+    "tg": [(-1.0, 0.8282, 1.208), (0.02, 0.6317, 1.583), (0.1, 0.3771, 2.652), (0.25, 0.3032, 3.298),
+           (1.0, 0.2469, 4.051)],
+    "pp": [(-1.0, 0.4728, 2.115), (0.02, 0.2671, 3.744), (0.1, 0.1913, 5.228), (0.25, 0.5165, 1.936),
+           (1.0, 0.3658, 2.734)]}
 
 ASSUMED = {  # name -> why it is not fitted
     "cpu_thread_gbps": "the sweeps' thread counts (4-12 threads, BV-gptoss-threads) all leave decode as it is: they "

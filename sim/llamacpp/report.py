@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sim.core.units import GIB
+from sim.llamacpp.fit import merged_rules
 from sim.llamacpp.placement import CPU
 from sim.llamacpp.setup import LlamaSetup
 
@@ -16,7 +17,7 @@ def placement_lines(st: LlamaSetup) -> list[str]:
     blocks = pl.model.blocks
     on_gpu = sum(1 for d in pl.block_device if d != CPU) + (1 if pl.output_device != CPU else 0)
     flags = [f"-ngl {s.n_gpu_layers}"] + ([f"--n-cpu-moe {s.n_cpu_moe}"] if s.n_cpu_moe else []) + \
-        (["--cpu-moe"] if s.cpu_moe else []) + [f"-ot {r}" for r in s.override_tensor]
+        (["--cpu-moe"] if s.cpu_moe else []) + [f"-ot {r}" for r in merged_rules(s.override_tensor)]
     lines = [f"  {s.build} {' '.join(flags)} -c {s.ctx_size} -ub {s.ubatch_size} -t {st.threads}: "
              f"offloaded {on_gpu}/{blocks + 1} layers to GPU, routed experts of {pl.cpu_expert_blocks()} of "
              f"{pl.model.geometry.moe_layers} MoE layers on the CPU"]

@@ -35,7 +35,7 @@ def request_work(st: LlamaSetup, table: RequestTable, max_tokens: int | None) ->
         prompt, cached, tokens = int(table.prompt_tokens[i]), int(table.cached_tokens[i]), int(out[i])
         key = (prompt - cached, cached)
         if key not in memo:
-            memo[key] = e.prompt_s(prompt - cached, cached, ubatch)
+            memo[key] = st.prompt.prompt_s(prompt - cached, cached, ubatch)
         prefill[i] = memo[key]
         step = e.decode_step(1, prompt)
         first[i] = step.total_s if tokens else 0.0

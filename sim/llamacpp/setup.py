@@ -9,41 +9,26 @@ from dataclasses import dataclass
 from sim.config.links import link_info
 from sim.config.llamacpp import LlamaCpp
 from sim.config.scenario import Scenario
-from sim.config.unified import card_capacity_gib, pool_gib
+from sim.config.unified import pool_gib
 from sim.core.errors import ScenarioError, SimulationError
 from sim.core.units import GB, GIB
-from sim.llamacpp.backends import compute_path, default_backend, device_name, flash_attn_auto, uses_matrix_units
+from sim.llamacpp.allocations import (  # noqa: F401 - re-exported: the engine's users read them here
+    Allocations,
+    _placed,
+    allocations,
+    gpu_names,
+    machine_backend,
+    placement_model,
+)
+from sim.llamacpp.backends import uses_matrix_units
 from sim.llamacpp.costs import REFERENCE_GHZ, Device, Engine, Hardware
-from sim.llamacpp.layers import mixers
-from sim.llamacpp.memory import DeviceMemory, device_memory, out_of_memory
+from sim.llamacpp.fit import resolve
+from sim.llamacpp.memory import DeviceMemory, out_of_memory
 from sim.llamacpp.params import CostParams
-from sim.llamacpp.placement import CPU, ModelTensors, Placement, model_tensors, parse_rules, place
+from sim.llamacpp.placement import CPU, ModelTensors, Placement
 from sim.llamacpp.routing import DRIFT_WEIGHT, batch_inclusion, model_exponent
-from sim.modelfiles.geometry import ModelGeometry
 
 OS_RESERVED_GIB = 2.0  # assumed: host RAM the OS and its other programs keep (GiB); a mapping gets what is left
-
-
-@functools.lru_cache(maxsize=64)
-def _geometry(path: str, quant: str | None) -> ModelGeometry:
-    from sim.modelfiles import read_model_file
-
-    return read_model_file(path, quant)
-
-
-@functools.lru_cache(maxsize=64)
-def placement_model(path: str, quant: str | None, weights_gib: float | None) -> ModelTensors:
-    """The model's tensors, scaled to the file's size (GiB) when one is given."""
-    return model_tensors(_geometry(path, quant), weights_gib * GIB if weights_gib else None)
-
-
-@functools.lru_cache(maxsize=4096)
-def _placed(path: str, quant: str | None, weights_gib: float | None, ngl: int, n_cpu_moe: int, cpu_moe: bool,
-            rules: tuple[str, ...], gpus: tuple[str, ...], split: tuple[float, ...]) -> Placement:
-    """A placement, computed once per model and flags (a sweep or a fit asks for the same ones many times)."""
-    parsed = parse_rules(list(rules), "scenario", "override_tensor", gpus)
-    return place(placement_model(path, quant, weights_gib), n_gpu_layers=ngl, gpus=gpus, split=list(split),
-                 rules=parsed, n_cpu_moe=n_cpu_moe, cpu_moe=cpu_moe)
 
 
 @dataclass
@@ -60,6 +45,12 @@ class LlamaSetup:
     os: str
     notes: list[str]
     backend: str = "cuda"
+    prompt_engine: Engine | None = None  # the engine prompts run on when -tb differs from -t (None: ``engine``)
+
+    @property
+    def prompt(self) -> Engine:
+        """The engine of a prompt's batches: its CPU computes with -tb threads."""
+        return self.prompt_engine if self.prompt_engine is not None else self.engine
 
     @property
     def placement(self) -> Placement:
@@ -70,31 +61,6 @@ class LlamaSetup:
 
     def ram_gib(self) -> float:
         return sum(m.total for m in self.memory if m.device == CPU) / GIB
-
-
-def machine_backend(scn: Scenario, machine: str, settings: LlamaCpp) -> str:
-    """The backend the engine runs its cards with: the settings' own, else its first card's vendor's usual one; a
-    machine without cards is CPU-only."""
-    m = scn.machines[machine]
-    if not m.gpus or settings.backend == "cpu":
-        return "cpu"
-    if settings.backend != "auto":
-        return settings.backend
-    assert m.engine is not None
-    key = m.engine.gpu or next(iter(m.gpus))
-    return default_backend(scn.gpus[m.gpus[key].type].vendor)
-
-
-def gpu_names(scn: Scenario, machine: str, backend: str = "cuda") -> tuple[list[str], tuple[str, ...]]:
-    """The machine's GPU keys, the engine's own first (llama.cpp's device 0), and their names under ``backend``
-    (none for a CPU-only build)."""
-    m = scn.machines[machine]
-    assert m.engine is not None
-    if backend == "cpu" or not m.gpus:
-        return [], ()
-    first = m.engine.gpu or next(iter(m.gpus))
-    keys = [first] + [k for k in m.gpus if k != first]
-    return keys, tuple(device_name(backend, i) for i in range(len(keys)))
 
 
 @functools.cache
@@ -148,42 +114,13 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
     assert m.engine is not None
     s = settings if settings is not None else m.engine.llamacpp
     assert s is not None
-    backend = machine_backend(scn, machine, s)
-    keys, names = gpu_names(scn, machine, backend)
-    cards = [scn.gpus[m.gpus[k].type] for k in keys]
-    # a card whose matrix throughput is not published is costed on its vector units (Intel publishes XMX in INT8
-    # only): the path follows what can be costed
-    paths = [compute_path(backend, c.vendor, (c.matrix_units or "tensor_core") if c.tflops else "none",
-                          s.vulkan_matrix) for c in cards]
-    host = m.host
-    os_name = host.os if host is not None else "linux"
-    p = params if params is not None else CostParams.of(s.costs, backend=backend, path=paths[0] if paths else None,
-                                                        os_name=os_name, isa=host.isa if host is not None else None)
-    spec = scn.models[m.engine.model]
-    if spec.file is None:
-        raise ScenarioError("scenario", f"models.{m.engine.model}.file", "missing: a llama.cpp engine reads its "
-                            "model's tensors from a config.json or a .gguf file")
-    tensors = placement_model(spec.file, spec.quant, spec.weights_gib)
-    free: dict[str, float] = {}
-    for key, name in zip(keys, names, strict=True):
-        reserved = m.gpus[key].reserved_gib + (p.get("windows_reserved_gib") if os_name == "windows" else 0.0)
-        free[name] = max(card_capacity_gib(scn, m, key) - reserved, 0.0) * GIB
-    split = s.tensor_split or [free[n] for n in names]
-    if len(split) != len(names):
-        raise ScenarioError("scenario", f"machines.{machine}.engine.llamacpp.tensor_split",
-                            f"{len(split)} shares: expected one per GPU of the machine ({len(names)})")
-    parse_rules(s.override_tensor, "scenario", f"machines.{machine}.engine.llamacpp.override_tensor", names)
-    placement = _placed(spec.file, spec.quant, spec.weights_gib, s.n_gpu_layers if names else 0, s.n_cpu_moe,
-                        s.cpu_moe, tuple(s.override_tensor), names, tuple(split))
-    ubatch = min(s.ubatch_size, s.batch_size)
-    flash = flash_attn_auto(backend) if s.flash_attn == "auto" else bool(s.flash_attn)
-    layer_mixers = mixers(tensors.geometry)
-    memory = device_memory(placement, layer_mixers, ctx_size=s.ctx_size, ubatch=ubatch, cache_type_k=s.cache_type_k,
-                           cache_type_v=s.cache_type_v, flash_attn=flash, kv_offload=s.kv_offload, free_bytes=free,
-                           context_mib={n: p.get("context_mib", backend) for n in names}, sequences=s.parallel,
-                           backend=backend, op_offload=s.op_offload, stages_host_weights=s.build == "llama.cpp")
+    s, fitted = resolve(scn, machine, s)
+    a = allocations(scn, machine, s, params)
+    backend, keys, names, cards, paths, p = a.backend, a.keys, a.names, a.cards, a.paths, a.params
+    host, os_name, spec, tensors, placement, flash, memory = m.host, a.os_name, scn.models[m.engine.model], \
+        a.tensors, a.placement, a.flash_attn, a.memory
     fallback = s.sysmem_fallback if s.sysmem_fallback is not None else os_name == "windows"
-    notes = []
+    notes = [] if fitted is None else [fitted.summary()]
     for mem in memory:
         if mem.excess > 0:
             if not fallback:
@@ -238,4 +175,12 @@ def setup_llamacpp(scn: Scenario, machine: str, settings: LlamaCpp | None = None
     engine = Engine(placement, hw, s.cache_type_k, s.cache_type_v, s.kv_offload, s.op_offload, s.offload_min_batch,
                     expert_offload_min_batch=expert_min, pinned_host=not s.mmap and bool(names), flash_attn=flash,
                     expert_inclusion=inclusion)
-    return LlamaSetup(machine, s, m.engine.model, tensors, memory, engine, threads, os_name, notes, backend)
+    prompt_engine = None
+    if s.threads_batch is not None and s.threads_batch != threads:
+        from dataclasses import replace
+
+        batch_cpu = _cpu_device(scn, machine, s.threads_batch, p, ram_for_weights if s.mmap else float("inf"),
+                                cpu_mem.weights)
+        prompt_engine = replace(engine, hw=replace(hw, devices={**devices, CPU: batch_cpu}), _memo={})
+    return LlamaSetup(machine, s, m.engine.model, tensors, memory, engine, threads, os_name, notes, backend,
+                      prompt_engine)

@@ -121,6 +121,8 @@ class ModelGeometry:
     linear_value_heads: int = 0  # Gated DeltaNet value heads
     linear_key_head_dim: int = 0  # (elements)
     linear_value_head_dim: int = 0  # (elements)
+    train_context: int = 0  # tokens of context the model was trained for (GGUF {arch}.context_length, config.json
+    # max_position_embeddings): what llama.cpp's -c 0 allocates; 0: the file does not say
     linear_conv_kernel: int = 0  # causal convolution width (tokens)
     recurrent_state_bytes: float = 0.0  # one linear-attention layer's state per sequence at llama.cpp's f32 (bytes)
     kv_lora_rank: int = 0  # MLA: width of the compressed KV latent (elements)
@@ -214,7 +216,7 @@ def scaled(g: ModelGeometry, file_bytes: float, why: str) -> ModelGeometry:
                                        "linear_key_heads", "linear_value_heads", "linear_key_head_dim",
                                        "linear_value_head_dim", "linear_conv_kernel", "recurrent_state_bytes",
                                        "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                                       "v_head_dim")}
+                                       "v_head_dim", "train_context")}
     return assemble(tensors=ts, mtp_tensors=mtp, architecture=g.architecture, source=g.source, quant=g.quant,
                     layers=g.layers, hidden=g.hidden, heads=g.heads, kv_heads=g.kv_heads, head_dim=g.head_dim,
                     vocab=g.vocab, experts=g.experts_per_layer, top_k=g.top_k, shared_experts=g.shared_experts,

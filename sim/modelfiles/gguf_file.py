@@ -119,7 +119,8 @@ def read_gguf(path: str, kv_type: str = "f16") -> ModelGeometry:
                     shared_experts=head.int(llm.EXPERT_SHARED_COUNT, 1 if shared else 0, minimum=0) if experts else 0,
                     kv_bytes_per_token=kv_per_token, attention_layers=len(attention), notes=notes,
                     layer_kinds=tuple(kinds), sliding_window=window, value_head_dim=value_len,
-                    kv_bytes_per_layer_f16=per_layer_f16, bytes_from="gguf", **dims)
+                    kv_bytes_per_layer_f16=per_layer_f16, bytes_from="gguf",
+                    train_context=head.int(llm.CONTEXT_LENGTH, 0, minimum=0), **dims)
 
 
 def _layer_kinds(head: GgufMetadata, layers: int, kv_heads: list[int], keys: Any,

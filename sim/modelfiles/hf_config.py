@@ -85,7 +85,7 @@ def read_hf_config(path: str, quant: str | None = None, kv_type: str = "f16",
                  shared_experts=lay.shared, kv_bytes_per_token=len(cached) * lay.kv_per_layer,
                  attention_layers=len(cached), notes=notes, layer_kinds=tuple(kinds),
                  sliding_window=lay.sliding_window, value_head_dim=lay.value_dim,
-                 kv_bytes_per_layer_f16=lay.kv_per_layer_f16,
+                 kv_bytes_per_layer_f16=lay.kv_per_layer_f16, train_context=cfg.int("max_position_embeddings", 0, 0),
                  bytes_from="checkpoint" if q.kind == "checkpoint" else "llama.cpp rules", **lay.dims)
     if weights_bytes:
         return scaled(g, weights_bytes, f"every tensor scaled by {weights_bytes / g.weights_bytes:.4g} to the "

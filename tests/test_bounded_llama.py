@@ -235,10 +235,11 @@ def test_a_zero_slot_generation_is_refused() -> None:
 
 
 @pytest.mark.parametrize("command", [["llama", "llama-server"], ["advise"]])
-@pytest.mark.parametrize(("option", "needle"), [("--slot-gen", "slot_gen"), ("--ram-gib", "ram_gib"),
-                                                ("--model-gib", "weights_gib")])
-def test_zero_machine_options_are_refused(command: list[str], option: str, needle: str) -> None:
-    _invoke_refused([*command, *MACHINE, option, "0"], needle, "bad value 0")
+@pytest.mark.parametrize(("option", "needle", "why"), [("--slot-gen", "slot_gen", "bad value 0"),
+                                                        ("--ram-gib", "--ram-gib", "got 0"),
+                                                        ("--model-gib", "--model-gib", "got 0")])
+def test_zero_machine_options_are_refused(command: list[str], option: str, needle: str, why: str) -> None:
+    _invoke_refused([*command, *MACHINE, option, "0"], needle, why)
 
 
 def test_zero_cards_is_a_cpu_only_machine() -> None:

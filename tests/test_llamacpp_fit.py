@@ -246,3 +246,67 @@ def test_an_older_build_reads_a_bare_server_line_as_every_layer_and_cannot_load_
     assert json.loads(logged.stdout)["bench"] == json.loads(old.stdout)["bench"]  # the build read from the text
     bad = CliRunner().invoke(main, ["llama", "llama-server -m x.gguf", "--build", "latest", *args])
     assert bad.exit_code == 2 and "--build" in bad.output
+
+
+def _resolved(model: str, quant: str, gpu: str | None, gpus: int, settings: dict, ram_gib: float | None = None):
+    spec = MachineSpec(gpu, "ryzen9_7950x", gpus=gpus, host_fields={"ram_gib": ram_gib} if ram_gib else {})
+    scn = build_scenario(scenario_dict(spec, model, quant, settings), "test")
+    resolved, fit = resolve(scn, "box", scn.machines["box"].engine.llamacpp)
+    return scn, resolved, fit
+
+
+@pytest.mark.parametrize("model, quant", [("calibration/models/glm-4.5-air.json", "Q4_K_M"),
+                                          ("calibration/models/gpt-oss-120b.json", "MXFP4_MOE")])
+def test_on_two_cards_the_fit_fills_both_and_each_keeps_its_margin(model, quant):
+    auto = {"fit": True, "n_gpu_layers": -1, "ctx_size": 0, "kv_unified": True}
+    scn, settings, fit = _resolved(model, quant, "rtx4090", 2, auto)
+    assert fit is not None and not fit.failed and settings.tensor_split and len(settings.tensor_split) == 2
+    st = setup_llamacpp(scn, "box", settings)
+    for card in st.memory[1:]:
+        assert card.free - card.total >= 1024 * 2**20  # its margin kept
+        assert card.total > 0.85 * card.free  # and the card used: the fit went on to the second card
+
+
+def test_the_context_is_cut_only_when_the_cards_together_are_short_and_never_lengthened():
+    qwen14 = "calibration/models/qwen2.5-14b.json"
+    auto = {"fit": True, "n_gpu_layers": -1, "ctx_size": 0, "kv_unified": True, "tensor_split": [1.0, 2.6]}
+    _, settings, fit = _resolved(qwen14, "Q4_K_M", "rtx4090", 2, auto)
+    assert settings.ctx_size <= 131072 and "tensor split" in fit.failed
+
+
+def test_the_cpu_alone_cuts_the_context_to_what_the_ram_holds():
+    qwen14 = "calibration/models/qwen2.5-14b.json"
+    auto = {"fit": True, "n_gpu_layers": -1, "ctx_size": 0, "kv_unified": True}
+    scn, settings, fit = _resolved(qwen14, "Q4_K_M", None, 0, auto, ram_gib=32)
+    assert fit is not None and not fit.failed and 4096 <= settings.ctx_size < 131072
+    assert setup_llamacpp(scn, "box", settings).ram_gib() <= 32 - 1
+
+
+def test_a_split_on_one_card_leaves_the_placement_to_the_fit():
+    auto = {"fit": True, "n_gpu_layers": -1, "ctx_size": 8192, "tensor_split": [1.0]}
+    _, settings, fit = _resolved(QWEN, "Q4_K_M", "rtx4060ti_16gb", 1, auto)
+    assert fit is not None and not fit.failed and settings.override_tensor
+
+
+def test_advice_on_two_cards_pastes_the_split_and_loads():
+    r = CliRunner().invoke(main, ["advise", "--model", "calibration/models/glm-4.5-air.json", "--quant", "Q4_K_M",
+                                  "--gpu", "rtx4090", "--gpus", "2", "--host", "ryzen9_7950x", "--ram-gib", "128",
+                                  "--top", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    best = json.loads(r.stdout)["best"]["tg"][0]
+    assert "-ts " in best["flags"] and "left out" not in r.stderr
+
+
+def test_a_band_never_narrows_further_from_the_anchor():
+    from sim.llamacpp.advise import Advice, Candidate
+    from sim.llamacpp.params import BAND_NEAR, BAND_WITHIN
+
+    base = _scenario({}).machines["box"].engine.llamacpp
+    adv = Advice([], band=dict(BAND_WITHIN), anchor={"pp": 1.0}, anchor_share={"pp": 0.5},
+                 anchor_flags={"pp": ()}, near={"pp": BAND_NEAR["pp"]})
+    widths = []
+    for share in (0.5, 0.49, 0.45, 0.35, 0.1):
+        c = Candidate(base, 10.0, 10.0, 1.0, 1.0, 1.0, 0.0, 0, cpu_weight_share=share)
+        lo, hi = adv.band_of(c, "pp")
+        widths.append(hi / lo)
+    assert widths == sorted(widths)

@@ -1,5 +1,6 @@
-"""A sweep's two tables are one frame (``results_frame``) written by the libraries: results.parquet by pyarrow, read
-back by pandas as an equal frame (dtypes included) with no pandas metadata, and results.csv by pandas."""
+"""A sweep's two tables are one table (``results_columns``) written by the libraries without pandas: results.parquet
+by pyarrow, results.csv by the standard library's csv writer; both byte for byte what pandas gives of the same rows
+(its frame, handed to pyarrow and written by ``to_csv``: the oracle below, the writer of earlier builds)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,34 @@ from conftest import HOME_LAB
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.sweeps.results import _write_parquet, results_frame
+from sim.sweeps.results import (
+    _is_metric,
+    _write_parquet,
+    axis_as_text,
+    results_columns,
+    results_csv,
+    results_table,
+)
 from sim.sweeps.spec import Axis
+
+
+def results_frame(rows: list[dict], axes: list):
+    """The oracle: the tidy table as pandas makes it (metrics as floats, each axis column of one type)."""
+    import json
+
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    names = [a.name for a in axes]
+    front = [c for c in frame.columns if not _is_metric(c, names)]
+    metrics = sorted(c for c in frame.columns if _is_metric(c, names))
+    frame = frame[front + metrics]
+    for c in metrics:
+        frame[c] = frame[c].astype(float)
+    for a in axes:
+        if axis_as_text(a.values):  # the rows' own values (pandas would turn a None among text into NaN first)
+            frame[a.name] = [json.dumps(row[a.name]) for row in rows]
+    return frame
 
 
 def _axis(name, values):
@@ -38,19 +65,27 @@ def _rows(axes: list[Axis], points: list[int], metrics: list[dict], params: list
 
 
 def assert_same_tables(rows: list[dict], axes: list[Axis], tmp_path) -> None:
-    """The Parquet file of ``rows`` reads back as their frame, exactly, with the Arrow schema pandas gives it."""
+    """The tables of ``rows`` are what pandas gives: the Arrow table its frame hands pyarrow (types and nulls), the
+    same Parquet bytes, the CSV text ``to_csv`` writes; the Parquet file reads back as the frame."""
     frame = results_frame(rows, axes)
-    path = tmp_path / "r.parquet"
-    _write_parquet(frame, str(path))
+    columns = results_columns(rows, axes)
+    metrics = {c for c in columns if _is_metric(c, [a.name for a in axes])}
+    table = results_table(columns, metrics)
+    import pyarrow as pa
+
+    expected = pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(None)
+    assert table.schema == expected.schema and table.equals(expected)
+    path, ref = tmp_path / "r.parquet", tmp_path / "ref.parquet"
+    _write_parquet(table, str(path))
+    _write_parquet(expected, str(ref))
+    assert path.read_bytes() == ref.read_bytes()
+    assert results_csv(columns, metrics) == frame.to_csv(index=False, lineterminator="\n")
     back = pd.read_parquet(path)
     pd.testing.assert_frame_equal(back, frame, check_exact=True, check_column_type=len(frame.columns) > 0,
                                   check_index_type=True)
-    table = pq.read_table(path)
-    table.validate(full=True)
-    assert table.schema.metadata is None  # written as is: no pandas schema metadata
-    ref = tmp_path / "ref.parquet"
-    frame.to_parquet(ref, index=False, engine="pyarrow")
-    assert table.equals(pq.read_table(ref).replace_schema_metadata(None))  # nulls where pandas writes them
+    written = pq.read_table(path)
+    written.validate(full=True)
+    assert written.schema.metadata is None  # no pandas schema metadata
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False)

@@ -157,8 +157,8 @@ def _plain(text: str) -> str:
 
 def closest(kind: str, name: str) -> str | None:
     """The id of ``kind`` closest to ``name`` (an id or a marketing name, any case and spacing) for a did-you-mean
-    message: the id itself when ``name`` spells one (or an entry's name), else the first id it begins, else difflib's
-    closest match above 0.6, else None."""
+    message: the id itself when ``name`` spells one (or an entry's name), else the first id it begins, else the
+    longest id it begins with, else difflib's closest match above 0.6, else None."""
     known = _entries(kind)
     if name in known:
         return name
@@ -173,6 +173,9 @@ def closest(kind: str, name: str) -> str | None:
     starts = [ident for ident in known if plain and _plain(ident).startswith(plain)]
     if starts:  # "h100" -> h100_pcie, the first in file order
         return starts[0]
+    within = [ident for ident in known if _plain(ident) and plain.startswith(_plain(ident))]
+    if within:  # "rtx3060_12gb" -> rtx3060: the longest id the name begins with
+        return max(within, key=lambda ident: len(_plain(ident)))
     match = difflib.get_close_matches(plain, list(spelled), n=1, cutoff=0.6)
     return spelled[match[0]] if match else None
 

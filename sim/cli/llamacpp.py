@@ -20,9 +20,9 @@ from sim.cli.advise_options import (
 )
 from sim.cli.app import fail, main, user_errors
 from sim.cli.machine_options import SEVERAL_QUANTS_HELP, MachineArgs, machine_options, machine_scenario
+from sim.config.llamacpp import FIT_TARGET_MIB
 from sim.core.errors import ScenarioError
 from sim.formats.quantities import TOKENS_PER_S
-from sim.llamacpp.fit import FIT_TARGET_MIB
 
 MAX_EVALUATIONS = 1000  # sim fit-offload's least-squares iterations (each a Jacobian over every parameter), at most
 

@@ -55,6 +55,7 @@ class MachineArgs:
         from sim.cli.advise_options import machine_spec
         from sim.llamacpp.machine import MachineSpec
 
+        self.check_figures()
         gpu = CUSTOM_GPU if self.has_gpu_figures() else self.gpu
         if gpu is not None and gpu != CUSTOM_GPU:
             known_gpu(gpu)
@@ -67,13 +68,37 @@ class MachineArgs:
                            slot_lanes=spec.slot_lanes, os=spec.os, reserved_gib=spec.reserved_gib, host_fields=fields,
                            gpu_gib=spec.gpu_gib)
 
+    def check_figures(self) -> None:
+        """A one-line error naming the flag for a figure out of its range (before the scenario would name a key)."""
+        import math
+
+        for flag, value, high in (("--vram-gib", self.vram_gib, 1 << 20), ("--gpu-gbps", self.gpu_gbps, 1e6),
+                                  ("--gpu-tflops", self.gpu_tflops, 1e6), ("--gpu-tensor-tflops",
+                                                                           self.gpu_tensor_tflops, 1e6),
+                                  ("--ram-gib", self.ram_gib, 1 << 20), ("--model-gib", self.model_gib, 1 << 20)):
+            if value is not None and not (math.isfinite(value) and 0 < value <= high):
+                raise ScenarioError("command line", flag, f"expected a number above 0 and at most {high:,.0f}, "
+                                    f"got {value:g}")
+        for flag, value, high in (("--channels", self.channels, 24), ("--cores", self.cores, 1024),
+                                  ("--threads", self.threads, 2048)):
+            if value is not None and not 1 <= value <= high:
+                raise ScenarioError("command line", flag, f"expected 1 to {high}, got {value}")
+        if self.slot_lanes not in (1, 2, 4, 8, 16):
+            raise ScenarioError("command line", "--slot-lanes", f"expected 1, 2, 4, 8 or 16 lanes, got "
+                                f"{self.slot_lanes}")
+        if self.host is None and self.has_host_figures() and (self.dram is None or self.channels is None):
+            missing = "--dram" if self.dram is None else "--channels"
+            raise ScenarioError("command line", missing, "missing: a host given by its figures needs its DRAM "
+                                "(--dram DDR5-6000) and channels (--channels 2), or give --host")
+
     def host_figures(self) -> dict:
         """The host fields the figures give (``--dram DDR5-6000``: kind and MT/s)."""
         out: dict = {}
         if self.dram is not None:
             kind, _, rate = self.dram.upper().partition("-")
-            if not kind or not rate.isdigit():
-                raise ScenarioError("--dram", self.dram, "expected a kind and a rate, such as DDR5-6000 or DDR4-3200")
+            if not kind.isalnum() or not rate.isdigit() or not 100 <= int(rate) <= 20000:
+                raise ScenarioError("command line", "--dram", f"expected a kind and a rate from 100 to 20000 MT/s, "
+                                    f"such as DDR5-6000 or DDR4-3200, got {self.dram!r}")
             out.update(dram=kind, mt_s=int(rate))
         for key in ("channels", "cores", "threads"):
             if getattr(self, key) is not None:
@@ -124,9 +149,15 @@ _GPU_TYPE_KEYS = ("vram_gib", "pcie_max_gen", "pcie_max_lanes", "hbm_gbps", "tfl
                   "matrix_units", "board_power_w", "memory", "vendor", "family", "unified", "name", "source")
 
 
-def _flags_for(kind: str) -> str:
-    return ("--vram-gib 12 --gpu-gbps 384 --gpu-tflops 13.2 --backend hip" if kind == "gpus" else
-            "--dram DDR5-6000 --channels 2 --cores 8 --threads 16")
+def _flags_for(kind: str, name: str = "") -> str:
+    """The figures that describe a part of ``kind`` (an example; the backend guessed from the name)."""
+    if kind != "gpus":
+        return "--dram DDR5-6000 --channels 2 --cores 8 --threads 16"
+    plain = name.lower()
+    backend = "cuda" if plain.startswith(("rtx", "gtx", "titan", "tesla", "quadro", "a1", "a4", "a5", "a6", "h1",
+                                          "l4")) else "hip" if plain.startswith(("rx", "radeon", "mi", "w7")) \
+        else "sycl" if plain.startswith("arc") else "vulkan"
+    return f"--vram-gib 12 --gpu-gbps 384 --gpu-tflops 13.2 --backend {backend}"
 
 
 def known_gpu(name: str) -> None:
@@ -146,7 +177,7 @@ def _known(kind: str, name: str, flag: str) -> None:
     hint = closest(kind, name)
     raise ScenarioError("command line", flag, f"{name!r} is not in the catalog (sim catalog"
                         f"{' --kind hosts' if kind == 'hosts' else ''} lists it)"
-                        + (f"; did you mean {hint!r}?" if hint else "") + f" Or describe it: {_flags_for(kind)}")
+                        + (f"; did you mean {hint!r}?" if hint else "") + f" Or describe it: {_flags_for(kind, name)}")
 
 
 QUANT_HELP = "Quantization of a config.json model (Q4_K_M, MXFP4_MOE, ...)."

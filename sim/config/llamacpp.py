@@ -13,6 +13,8 @@ from sim.config.base import MAX_GIB, MIN_FRACTION, Strict
 from sim.core.errors import ScenarioError
 from sim.formats.inputs import shown_path
 
+FIT_TARGET_MIB = 1024  # --fit-target: memory each card keeps free after llama.cpp's fit (MiB; common/common.h)
+FIT_CTX_MIN = 4096  # --fit-ctx: the smallest context the fit cuts to (tokens; common/common.h fit_params_min_ctx)
 MAX_CTX = 10_000_000  # -c, KV cells (tokens): contexts are at most about 1e7 tokens
 MAX_UBATCH = 1_000_000  # -b and -ub (tokens)
 MAX_PARALLEL = 1024  # -np, server slots
@@ -124,10 +126,10 @@ class LlamaCpp(Strict):
     fit: bool = Field(False, description="--fit: before loading, llama.cpp sets what the user left unset (-c 0, "
                       "-ngl -1) so that every card keeps fit_target_mib free (sim.llamacpp.fit); on by default in "
                       "current builds.")
-    fit_target_mib: float = Field(1024.0, ge=0, le=1 << 20, description="--fit-target: memory each card keeps "
-                                  "free after the fit (MiB).")
-    fit_ctx: int = Field(4096, ge=1, le=MAX_CTX, description="--fit-ctx: the smallest context the fit cuts -c 0 to "
-                         "(tokens).")
+    fit_target_mib: float = Field(float(FIT_TARGET_MIB), ge=0, le=1 << 20, description="--fit-target: memory each "
+                                  "card keeps free after the fit (MiB).")
+    fit_ctx: int = Field(FIT_CTX_MIN, ge=1, le=MAX_CTX, description="--fit-ctx: the smallest context the fit cuts -c "
+                         "0 to (tokens).")
     mmap: bool = Field(True, description="--mmap / --no-mmap: weights for the CPU mapped from the file (pageable), "
                        "or read into pinned host memory (copied to a card at the link's full rate).")
     tensor_split: list[float] | None = Field(

@@ -64,6 +64,8 @@ class Candidate:
         parts = [f"-ngl {ngl}"]
         if s.n_cpu_moe:
             parts.append(f"--n-cpu-moe {s.n_cpu_moe}")
+        if s.tensor_split:  # the fit's layer counts per card: without them llama.cpp splits by free memory
+            parts.append("-ts " + ",".join(f"{v:g}" for v in s.tensor_split))
         if s.override_tensor:
             import shlex
 
@@ -105,7 +107,8 @@ class Advice:
         out, seen = [], set()
         for c in ranked:
             s = c.settings
-            place = (c.quant, s.n_gpu_layers, s.n_cpu_moe, tuple(s.override_tensor), s.parallel)
+            place = (c.quant, s.n_gpu_layers, s.n_cpu_moe, tuple(s.override_tensor), tuple(s.tensor_split or ()),
+                     s.parallel)
             if place not in seen:
                 seen.add(place)
                 out.append(c)
@@ -125,9 +128,13 @@ class Advice:
         if test in self.anchor_share and self.near.get(test):
             same = c.placement_key() == self.anchor_flags.get(test)
             d = -1.0 if same else abs(c.cpu_weight_share - self.anchor_share[test])
+            nearer = [r for r in self.near[test] if r[0] < d - 1e-12]  # a band never narrower than a nearer one's
             row = next((r for r in self.near[test] if d <= r[0] + 1e-12), None)
-            if row is not None and row[2] / row[1] < hi / lo:
-                lo, hi = row[1], row[2]
+            if row is not None:
+                near_lo = min([row[1], *(r[1] for r in nearer)])
+                near_hi = max([row[2], *(r[2] for r in nearer)])
+                if near_hi / near_lo < hi / lo:
+                    lo, hi = near_lo, near_hi
         return lo, hi
 
     def interval(self, c: Candidate, test: str) -> tuple[float, float]:
@@ -240,6 +247,8 @@ def advise(scn: Scenario, machine: str, *, n_prompt: int = 512, n_gen: int = 128
     out = Advice([], band=dict(band or DEFAULT_BAND))
     spilling = []
     searched = candidate_settings(base, g.moe_layers if g.is_moe else 0, g.layers, ubatches, kv_types, parallel)
+    if not m.gpus:  # the CPU alone: every layer placement is the same one, -ngl 0
+        searched = [s for s in searched if s.n_gpu_layers == 0 and not s.n_cpu_moe]
     for s in searched + fit_placements(scn, machine, searched, margin_gib):
         try:
             c = evaluate(scn, machine, s, n_prompt=n_prompt, n_gen=n_gen, depth=depth, params=params,

@@ -15,9 +15,10 @@ ggml-org/llama.cpp has them (``common_params_fit_impl``):
    as the last) as fit its target, then the card before it. For an MoE model these are "dense-only" layers: their
    routed experts stay in host memory.
 5. MoE, when the dense weights of every layer leave a surplus: front to back, each card turns dense-only layers into
-   full ones (experts on the card) while they fit, then tries to hold part of one more layer: attention and up
-   projections (overflow UP), else all but the down projection (GATE); when UP does not fit, attention only (ATTN),
-   its FFN on the next card or the CPU.
+   full ones (experts on the card) while they fit, taking them from the first card that still holds dense-only
+   layers, then tries to hold part of one more layer: its attention and up projections (UP), and if that fits all
+   but the down projections (GATE); when UP does not fit, attention only (ATTN). The rest of that layer's FFN goes
+   to the next card, or the CPU from the last.
 
 llama.cpp searches the counts by false position; with allocations that grow with every layer added (as here) that
 ends at the largest count that fits, which is what :func:`_largest` finds by bisection. Its memory is measured by
@@ -30,14 +31,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sim.config.llamacpp import LlamaCpp
+from sim.config.llamacpp import FIT_CTX_MIN, FIT_TARGET_MIB, MAX_CTX, LlamaCpp
 from sim.config.scenario import Scenario
 from sim.core.units import GIB, MIB
 from sim.llamacpp.allocations import allocations, placement_model
 
 ALL_LAYERS = 999  # -ngl of every layer (any count at or above the model's layers)
-FIT_TARGET_MIB = 1024  # --fit-target: memory each card keeps free (MiB; common/common.h fit_params_target)
-FIT_CTX_MIN = 4096  # --fit-ctx: the smallest context the fit cuts to (tokens; common/common.h fit_params_min_ctx)
 CTX_ALIGN = 256  # the fitted context is a multiple of this (x sequences) (common/fit.cpp)
 
 # what a partial layer moves to its overflow buffer (common/fit.cpp get_overflow_pattern): everything of the FFN
@@ -84,6 +83,7 @@ class _Measure:
     def __init__(self, scn: Scenario, machine: str, base: LlamaCpp):
         self.scn, self.machine, self.base = scn, machine, base.model_copy(update={"sysmem_fallback": True})
         self.names: tuple[str, ...] = ()
+        self.weights: list[float] = []
         self.calls = 0
 
     def __call__(self, **update) -> tuple[list[float], list[float], float]:
@@ -92,6 +92,7 @@ class _Measure:
         a = allocations(self.scn, self.machine, self.base.model_copy(update=update))
         self.names = a.names
         cards = a.memory[1:]
+        self.weights = [m.weights for m in cards]  # of the last placement measured
         return [m.total for m in cards], [m.free or 0.0 for m in cards], a.memory[0].total
 
 
@@ -124,24 +125,27 @@ def fit_params(scn: Scenario, machine: str, settings: LlamaCpp, *, ctx_auto: boo
     def done(failed: str = "") -> Fit:
         return Fit(s, tuple(changed), failed, tuple(steps))
 
-    if nd == 0:
-        host = m.host
-        ram = host.ram_gib * GIB if host is not None and host.ram_gib else None
+    host = m.host
+    ram = host.ram_gib * GIB if host is not None and host.ram_gib else None
+    if nd == 0:  # the CPU alone: the host's memory is the one to keep the margin free of (fit.cpp: its total)
         if ram is None or ram - cpu_used >= margin:
             steps.append("no card: the host's memory is enough (or not known), no changes needed")
             return done()
+        used, free = [cpu_used], [ram]
     elif all(f - u >= margin for u, f in zip(used, free, strict=True)):
         steps.append(f"every card keeps at least {margin_mib:g} MiB free: no changes needed")
         return done()
-    # step 2: a shorter context
-    if ctx_auto and nd > 0:
-        s, fitted_one = _cut_context(measure, s, used, free, margin, ctx_min * streams, streams, blocks,
-                                     moe, steps)
-        if fitted_one:
-            return done()
-        used, free, _ = measure(ctx_size=s.ctx_size)
-    elif not ctx_auto:
-        steps.append(f"context size set by the user to {s.ctx_size:,}: no change")
+    # step 2: a shorter context, when the cards together (or the host) are short of their margins
+    if sum(free) - sum(used) - max(nd, 1) * margin < 0:
+        if ctx_auto:
+            weights = sum(measure.weights) / max(min(s.n_gpu_layers, blocks), 1) if nd > 1 else 0.0
+            s, fitted_one = _cut_context(measure, s, used, free, margin, ctx_min * streams, streams, weights, moe,
+                                         steps, host_only=nd == 0)
+            if fitted_one:
+                return done()
+            used, free, _ = measure(ctx_size=s.ctx_size)
+        else:
+            steps.append(f"context size set by the user to {s.ctx_size:,}: no change")
     if nd == 0:
         return done("was unable to fit model into system memory by reducing context")
     if not ngl_auto:
@@ -157,32 +161,36 @@ def fit_params(scn: Scenario, machine: str, settings: LlamaCpp, *, ctx_auto: boo
 
 
 def _cut_context(measure: _Measure, s: LlamaCpp, used: list[float], free: list[float], margin: float,
-                 ctx_min_total: int, streams: int, blocks: int, moe: bool,
-                 steps: list[str]) -> tuple[LlamaCpp, bool]:
-    """Step 2: (the settings with the context cut, whether one card now fits). The cut interpolates linearly
-    between the context at the training length and at ``ctx_min_total``."""
+                 ctx_min_total: int, streams: int, weights_per_layer: float, moe: bool, steps: list[str],
+                 host_only: bool = False) -> tuple[LlamaCpp, bool]:
+    """Step 2: (the settings with the context cut, whether one device now fits). The cut interpolates linearly
+    between the allocations at the training context and at ``ctx_min_total``; on several cards it keeps room for
+    the half layer (dense) or sixth of one (MoE, a tensor) each card wastes (``weights_per_layer``: the cards'
+    weights over their layers). ``host_only``: the CPU alone, its allocations against the host's RAM."""
     ctx_max = s.ctx_size
     if ctx_max <= ctx_min_total:
-        steps.append(f"the model's context, {ctx_max:,}, is at most the smallest the fit cuts to: no change")
+        steps.append(f"the context of {ctx_max:,} is kept whole" + (
+            " (an explicit -c 0)" if ctx_min_total >= MAX_CTX else ", at most the smallest the fit cuts to"))
         return s, False
     nd = len(used)
     target = sum(free) - nd * margin
-    if nd > 1:  # whole layers (dense) or tensors (MoE, about a third of a layer) waste half of one per card
-        model_per_layer = sum(used) / max(blocks, 1)
-        target -= (nd + 1) * model_per_layer / (6 if moe else 2)
-    used_min = sum(measure(ctx_size=ctx_min_total)[0])
+    if nd > 1:
+        target -= (nd + 1) * weights_per_layer / (6 if moe else 2)
+    low = measure(ctx_size=ctx_min_total)
+    used_min = low[2] if host_only else sum(low[0])
     used_max = sum(used)
     if target > used_min and used_max > used_min:
         ctx = ctx_min_total + int((ctx_max - ctx_min_total) * (target - used_min) / (used_max - used_min))
         align = CTX_ALIGN * streams
-        ctx = max(ctx - ctx % align, ctx_min_total)
+        ctx = min(max(ctx - ctx % align, ctx_min_total), ctx_max)
         steps.append(f"context size reduced from {ctx_max:,} to {ctx:,}")
         s = s.model_copy(update={"ctx_size": ctx})
         if nd <= 1:
             steps.append("entire model can be fit by reducing context")
             return s, True
         return s, False
-    steps.append(f"context size reduced from {ctx_max:,} to {ctx_min_total:,}, not enough: layers move")
+    steps.append(f"context size reduced from {ctx_max:,} to {ctx_min_total:,}, not enough" + (
+        "" if host_only else ": layers move"))
     return s.model_copy(update={"ctx_size": ctx_min_total}), False
 
 
@@ -226,26 +234,31 @@ def _place_layers(measure: _Measure, blocks: int, moe: bool, targets: list[float
     if surplus <= 0:
         steps.append(f"with only dense weights on the cards there is still a deficit of {-surplus / MIB:,.0f} MiB")
         return per, overflow_to
-    start = _dense_start(per)
+    # the card the dense-only layers are taken from: the first of the trailing cards that hold layers; it only moves
+    # on (fit.cpp's id_dense_start) as its partial layers run out
+    start = next((j for j in range(nd) if all(p.n_layer > 0 for p in per[j:])), nd - 1)
     d = 0
-    while d <= start:  # full layers, front to back (the start moves back as its partial layers are converted)
+    while d <= start < nd:  # full layers, front to back
 
-        def converted(k: int, d: int = d, start: int = start, base: list[_Layers] = per) -> list[_Layers]:
-            layout, left = _copy(base), k
-            for j in range(start, nd):
+        def converted(k: int, d: int = d, start: int = start, base: list[_Layers] = per) -> tuple[list[_Layers], int]:
+            layout, left, j = _copy(base), k, start
+            while j < nd:
                 take = min(left, layout[j].n_part)
                 layout[j].n_layer -= take
                 layout[j].n_part -= take
                 layout[d].n_layer += take
                 left -= take
-            return layout
+                if layout[j].n_part > 0:
+                    break
+                j += 1
+            return layout, j
 
         room = sum(p.n_part for p in per[start:])
-        per = converted(_largest(0, room, lambda k, d=d, to=overflow_to: mem(converted(k), to)[d] <= targets[d]))
-        start = _dense_start(per)
+        k = _largest(0, room, lambda k, d=d, to=overflow_to: mem(converted(k)[0], to)[d] <= targets[d])
+        per, start = converted(k)
+        start = min(start, nd - 1)  # every dense-only layer converted: fit.cpp's id_dense_start_high
         if per[start].n_part > 0 and per[start].n_layer > (0 if d < nd - 1 else 1):
-            per, overflow_to = _one_more(per, d, start, overflow_to, mem, targets, measure.names)
-            start = _dense_start(per)
+            per, overflow_to, start = _one_more(per, d, start, overflow_to, mem, targets, measure.names)
         p, partial = per[d], _partial_blocks(per, blocks, d)
         steps.append(f"card {d}: {p.n_layer} layers, {len(partial)} of its blocks with their experts elsewhere" + (
             f" (block {partial[0]} moving {p.overflow.upper()} of its FFN)" if partial and p.overflow != "moe"
@@ -268,24 +281,19 @@ def _copy(layout: list[_Layers]) -> list[_Layers]:
     return [_Layers(p.n_layer, p.n_part, p.overflow) for p in layout]
 
 
-def _dense_start(layout: list[_Layers]) -> int:
-    """The first card from which every later card holds partial layers, or the last card."""
-    for j, p in enumerate(layout):
-        if p.n_part > 0:
-            return j
-    return len(layout) - 1
-
-
 def _one_more(per: list[_Layers], d: int, start: int, overflow_to: list[str], mem, targets: list[float],
-              names: tuple[str, ...]) -> tuple[list[_Layers], list[str]]:
-    """Part of one more layer on card ``d``: UP, then GATE; ATTN when UP does not fit (its FFN to the next card,
-    or the CPU on the last)."""
+              names: tuple[str, ...]) -> tuple[list[_Layers], list[str], int]:
+    """Part of one more layer on card ``d``, taken from card ``start``'s dense-only layers: attention and up
+    projections (UP), and if that fits all but the down projections (GATE); when UP does not fit, attention alone
+    (ATTN). Its FFN goes to the next card, or the CPU from the last. The layout, the overflow buffers and the card
+    the next dense-only layer comes from."""
     nd = len(per)
     test = _copy(per)
     test[start].n_layer -= 1
     test[start].n_part -= 1
     test[d].n_layer += 1
     test[d].n_part += 1
+    start_test = start + 1 if test[start].n_part == 0 else start
     to = list(overflow_to)
     if d < nd - 1:
         to[d] = names[d + 1]
@@ -299,10 +307,10 @@ def _one_more(per: list[_Layers], d: int, start: int, overflow_to: list[str], me
         best = _copy(test)
         if fits("gate"):
             best = _copy(test)
-        return best, to
+        return best, to, start_test
     if fits("attn"):
-        return test, to
-    return per, overflow_to
+        return test, to, start_test
+    return per, overflow_to, start
 
 
 def _layout_flags(layout: list[_Layers], blocks: int, overflow_to: list[str]) -> dict:
@@ -332,7 +340,8 @@ def resolve(scn: Scenario, machine: str, s: LlamaCpp) -> tuple[LlamaCpp, Fit | N
         spec = scn.models[scn.machines[machine].engine.model]
         train = placement_model(spec.file, spec.quant, spec.weights_gib).geometry.train_context or FIT_CTX_MIN
         return s.model_copy(update={"n_gpu_layers": ngl, "ctx_size": s.ctx_size or train}), None
-    user_placement = bool(s.override_tensor or s.n_cpu_moe or s.cpu_moe or s.tensor_split)
+    cards = len(scn.machines[machine].gpus)
+    user_placement = bool(s.override_tensor or s.n_cpu_moe or s.cpu_moe or (s.tensor_split and cards > 1))
     base = s.model_copy(update={"fit": False, "n_gpu_layers": ngl, "ctx_size": s.ctx_size or 1})
     fit = fit_params(scn, machine, base, ctx_auto=s.ctx_size == 0, ngl_auto=s.n_gpu_layers < 0,
                      user_placement=user_placement, margin_mib=s.fit_target_mib, ctx_min=s.fit_ctx,

@@ -41,37 +41,120 @@ def axis_as_text(values) -> bool:
     return not (numeric or all(isinstance(v, str) for v in values))
 
 
-def results_frame(rows: list[dict], axes: list):
-    """The tidy table as a DataFrame: metrics as floats, each axis column of one type (decided by all the values of
-    the axis, not by the rows done so far)."""
-    import pandas as pd
-
-    frame = pd.DataFrame(rows)
-    if frame.empty:
-        return frame
-    names = [a.name for a in axes]
-    front = [c for c in frame.columns if not _is_metric(c, names)]
-    metrics = sorted(c for c in frame.columns if _is_metric(c, names))
-    frame = frame[front + metrics]
+def results_columns(rows: list[dict], axes: list) -> dict[str, list]:
+    """The tidy table by column, in the order the tables hold them: the columns that are not metrics in the order
+    the rows first name them, then the metrics sorted. A metric is a float (NaN where a row has none); an axis whose
+    values are neither all numbers nor all text is JSON text (:func:`axis_as_text`, decided by all the values of the
+    axis, not by the rows done so far)."""
+    names = list(dict.fromkeys(name for row in rows for name in row))
+    axis_names = [a.name for a in axes]
+    front = [c for c in names if not _is_metric(c, axis_names)]
+    metrics = sorted(c for c in names if _is_metric(c, axis_names))
+    nan = float("nan")
+    columns = {c: [row.get(c) for row in rows] for c in front}
     for c in metrics:
-        frame[c] = frame[c].astype(float)
+        columns[c] = [nan if row.get(c) is None else float(row[c]) for row in rows]
     for a in axes:
-        if axis_as_text(a.values):
-            frame[a.name] = [json.dumps(v) for v in frame[a.name]]
-    return frame
+        if a.name in columns and axis_as_text(a.values):
+            columns[a.name] = [json.dumps(v) for v in columns[a.name]]
+    return columns
+
+
+def _arrow_type(values: list):
+    """The Arrow type of a column that is not a metric, as pandas would infer it from the values (whole numbers:
+    int64; any float among numbers: float64; booleans: bool; else text, large_string as pandas hands it over)."""
+    import pyarrow as pa
+
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, bool) for v in present):
+        return pa.bool_()
+    if present and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+        whole = all(isinstance(v, int) for v in present) and len(present) == len(values)
+        return pa.int64() if whole else pa.float64()
+    return pa.large_string()
+
+
+def _arrow_array(kind, cells: list):
+    """One column as an Arrow array of ``kind`` (int64, float64, bool or large_string; None a null), built by
+    ``pyarrow.Array.from_buffers`` from Arrow's buffer layout: pyarrow's other constructors import pandas whenever it
+    is installed, a quarter of a second that a one-point sweep would pay for nothing."""
+    import array
+
+    import pyarrow as pa
+
+    n = len(cells)
+    valid = bytearray((n + 7) // 8)
+    for i, v in enumerate(cells):
+        if v is not None:
+            valid[i >> 3] |= 1 << (i & 7)
+    nulls = sum(v is None for v in cells)
+    validity = pa.py_buffer(bytes(valid)) if nulls else None
+    if kind in (pa.float64(), pa.int64()):  # a null's slot holds 0 (never read); -0.0 stays -0.0
+        code, zero = ("d", 0.0) if kind == pa.float64() else ("q", 0)
+        data = array.array(code, [zero if v is None else v for v in cells])
+        return pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(data)], null_count=nulls)
+    if kind == pa.bool_():
+        bits = bytearray((n + 7) // 8)
+        for i, v in enumerate(cells):
+            if v:
+                bits[i >> 3] |= 1 << (i & 7)
+        return pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(bytes(bits))], null_count=nulls)
+    encoded = [b"" if v is None else str(v).encode("utf-8") for v in cells]
+    offsets = array.array("q", [0])
+    for e in encoded:
+        offsets.append(offsets[-1] + len(e))
+    return pa.Array.from_buffers(pa.large_string(), n, [validity, pa.py_buffer(offsets),
+                                                        pa.py_buffer(b"".join(encoded))], null_count=nulls)
+
+
+def results_table(columns: dict[str, list], metrics: set[str]):
+    """The columns as one Arrow table: a metric float64, NaN as null (as pandas hands NaN to Arrow)."""
+    import pyarrow as pa
+
+    arrays = []
+    for name, values in columns.items():
+        kind = pa.float64() if name in metrics else _arrow_type(values)
+        if kind == pa.float64():
+            values = [None if v is None or v != v else float(v) for v in values]
+        arrays.append(_arrow_array(kind, values))
+    return pa.Table.from_arrays(arrays, names=list(columns)) if arrays else pa.Table.from_arrays([], names=[])
+
+
+def _csv_cell(value, floating: bool) -> str:
+    """A cell as pandas writes it: a float by its shortest repr, NaN and null empty, a bool True / False."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if floating:
+        return repr(float(value))
+    return str(value)
+
+
+def results_csv(columns: dict[str, list], metrics: set[str]) -> str:
+    """The columns as CSV text by the standard library's writer: quoted only where needed, ``\\n`` line ends,
+    every cell as :func:`_csv_cell` writes it (what pandas' ``to_csv`` writes of the same table)."""
+    import csv
+    import io
+
+    import pyarrow as pa
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
+    names = list(columns)
+    writer.writerow(names)
+    floating = [name in metrics or _arrow_type(columns[name]) == pa.float64() for name in names]
+    for i in range(len(next(iter(columns.values()))) if columns else 0):
+        writer.writerow([_csv_cell(columns[n][i], f) for n, f in zip(names, floating, strict=True)])
+    return out.getvalue()
 
 
 def _is_metric(column: str, axes: list[str]) -> bool:
     return column not in axes and column not in RESERVED_COLUMNS and not column.startswith("param.")
 
 
-def _write_parquet(frame, path: str) -> None:
-    """The frame as a Parquet file (snappy) by ``pyarrow.parquet.write_table``: its columns' Arrow types, NaN as
-    null, no index and no pandas schema metadata (so equal frames give equal bytes, whichever pandas wrote them)."""
-    import pyarrow as pa
+def _write_parquet(table, path: str) -> None:
+    """The Arrow table as a Parquet file (snappy) by ``pyarrow.parquet.write_table``, without schema metadata."""
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(None)
     pq.write_table(table, path, compression="snappy")
 
 
@@ -82,12 +165,15 @@ def scenario_facts(plan: Plan) -> dict:
 
 
 def write_results(out_dir: str, res: SweepResult, facts: dict) -> None:
-    """``results.parquet`` and ``results.csv`` of one frame (:func:`results_frame`), by pyarrow's and pandas'
-    writers, then ``sweep.json`` (last: what it says describes the tables)."""
+    """``results.parquet`` (pyarrow's writer) and ``results.csv`` (the standard library's) of one table
+    (:func:`results_columns`), then ``sweep.json`` (last: what it says describes the tables). No pandas: its import
+    was half a one-point sweep's time."""
     plan = res.plan
-    frame = results_frame(res.rows, plan.axes)
-    atomic_write_with(os.path.join(out_dir, "results.parquet"), lambda tmp: _write_parquet(frame, tmp))
-    atomic_write_text(os.path.join(out_dir, "results.csv"), frame.to_csv(index=False, lineterminator="\n"))
+    columns = results_columns(res.rows, plan.axes)
+    metrics = {c for c in columns if _is_metric(c, [a.name for a in plan.axes])}
+    table = results_table(columns, metrics)
+    atomic_write_with(os.path.join(out_dir, "results.parquet"), lambda tmp: _write_parquet(table, tmp))
+    atomic_write_text(os.path.join(out_dir, "results.csv"), results_csv(columns, metrics))
     manifest = {
         "scenario": plan.scenario, "sweep_file": plan.sweep_file, "set": plan.base_sets,
         "axes": [a.as_dict() for a in plan.axes], "zip": plan.zip, "seeds": plan.seeds,

@@ -71,6 +71,10 @@ class StepCost:
     allreduce_fixed_s: float = 0.0  # tensor parallel: the all-reduces' latencies per iteration (s)
     allreduce_token_s: float = 0.0  # tensor parallel: the all-reduces' transfer per position (s)
     attention_fixed_s: float = 0.0  # the attention kernels' fixed ramp per iteration, every layer's call (s)
+    # what linear_s and _decode_terms computed, by their argument: an iteration repeats a few thousand batch sizes,
+    # each asked for tens of times (a profiled table's lookup is a bisection and an interpolation)
+    _linear: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
+    _terms: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     @classmethod
     def build(cls, *, weights_bytes: float, kv_kib_per_token: float, params_b: float, layers: int, hidden: int,
@@ -104,6 +108,14 @@ class StepCost:
     def linear_s(self, positions: float) -> float:
         """The dense matrix products of ``positions`` positions: weights read once, or their arithmetic (or their
         profiled time); with tensor parallelism, the layers' all-reduces too."""
+        known = self._linear.get(positions)
+        if known is not None:
+            return known
+        seconds = self._linear_s(positions)
+        self._linear[positions] = seconds
+        return seconds
+
+    def _linear_s(self, positions: float) -> float:
         if self.linear_table is not None:
             seconds = self.table_layers * self.linear_table.layer_s(positions)
         else:
@@ -143,6 +155,12 @@ class StepCost:
     # --- decode runs in closed form --------------------------------------------------------------------------
     def _decode_terms(self, k: int) -> tuple[float, float]:
         """(seconds of a decode iteration of ``k`` sequences outside its attention, attention seconds per token)."""
+        known = self._terms.get(k)
+        if known is None:
+            known = self._terms[k] = self._decode_terms_of(k)
+        return known
+
+    def _decode_terms_of(self, k: int) -> tuple[float, float]:
         positions = k * self.positions_per_step
         fixed = self.overhead_s + self.linear_s(positions) + self.routed_s(positions) + self.attention_fixed_s
         if self.state_s:

@@ -336,25 +336,27 @@ class BatchingServer(Server):
     def _mixed_iteration(self, k: int, context: float, budget: int):
         """One iteration: every decoding sequence's step, then prompt chunks in the rest of the budget (without
         chunked prefill: the oldest prompt whole)."""
-        env, st = self.env, self.stats
+        env, st, cost = self.env, self.stats, self.cost
+        chunked = self.sched.chunked_prefill
         chunks: list[tuple[list[int], int]] = []
-        reads, pairs = 0.0, 0.0
-        if not self.sched.chunked_prefill:  # whole prompts while they fit the budget (the first one always)
+        reads, pairs, chunk_tokens = 0.0, 0.0, 0
+        if not chunked:  # whole prompts while they fit the budget (the first one always)
             budget = max(self.sched.token_budget, self.prefilling[0][1])
         for entry in self.prefilling:
-            take = min(budget, entry[1])
-            if not self.sched.chunked_prefill and take < entry[1]:
+            left, done_tokens = entry[1], entry[2]
+            take = budget if budget < left else left
+            if not chunked and take < left:
                 break  # a prompt is taken whole or waits
             chunks.append((entry, take))
-            reads += entry[2] + take
-            pairs += take * entry[2] + take * (take + 1) / 2
+            reads += done_tokens + take
+            pairs += take * done_tokens + take * (take + 1) / 2
+            chunk_tokens += take
             budget -= take
             if budget <= 0:
                 break
-        chunk_tokens = sum(take for _, take in chunks)
-        if not self.sched.chunked_prefill:  # a prefill iteration of its own: the decoders wait (prefill first)
+        if not chunked:  # a prefill iteration of its own: the decoders wait (prefill first)
             k, context = 0, 0.0
-        dt, memory_bound = self.cost.iteration_s(k, context, chunk_tokens, reads, pairs)
+        dt, memory_bound = cost.iteration_s(k, context, chunk_tokens, reads, pairs)
         dt += self.pending_s
         self.pending_s = 0.0
         kv = self._kv_used()
@@ -368,26 +370,31 @@ class BatchingServer(Server):
         st["prefill_iterations"] += 1
         st["memory_bound_iterations"] += memory_bound
         self._busy(dt, members, kv, kv + growth)
+        share = dt / members
         if k:
             self.iteration += 1
-            self.share_clock += dt / members
+            self.share_clock += share
         if self.cache is not None:  # the pool as the iteration leaves it
             self.cache.fit(self.capacity - self._kv_used())
-        tokens = k * self.cost.positions_per_step + chunk_tokens
+        tokens = k * cost.positions_per_step + chunk_tokens
+        share_s, prefill_s = self.share_s, self.prefill_s
+        finished = False
         for entry, take in chunks:
             i = entry[0]
-            self.share_s[i] += dt / members
-            self.prefill_s[i] += dt * take / tokens  # its chunk's share of the iteration
+            share_s[i] += share
+            prefill_s[i] += dt * take / tokens  # its chunk's share of the iteration
             entry[1] -= take
             entry[2] += take
+            finished = finished or entry[1] == 0
         self._complete_due()
-        done = [entry for entry, _ in chunks if entry[1] == 0]
-        if done:
+        if finished:
+            done = [entry for entry, _ in chunks if entry[1] == 0]
             self.prefilling = [entry for entry in self.prefilling if entry[1] > 0]
+            first_token = self.tl.first_token_s
             for entry in done:
                 i = entry[0]
-                if self.tl.first_token_s[i] != self.tl.first_token_s[i]:
-                    self.tl.first_token_s[i] = env.now
+                if first_token[i] != first_token[i]:
+                    first_token[i] = env.now
                 self.first_done[i] = 1  # the prompt's last chunk yields a token
                 if self.cache is not None:
                     self._cache_prefix(i)
@@ -435,5 +442,6 @@ class BatchingServer(Server):
         st["busy_s"] += seconds
         st["batch_area"] += seconds * members
         st["kv_area"] += seconds * (kv_before + kv_after) / 2
-        st["kv_peak_tokens"] = max(st["kv_peak_tokens"], kv_after)
+        if kv_after > st["kv_peak_tokens"]:
+            st["kv_peak_tokens"] = kv_after
         self.tl.busy_s += seconds

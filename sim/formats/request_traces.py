@@ -41,14 +41,39 @@ class TraceRows:
     acceptance: np.ndarray  # float64
 
 
+PARSED_TABLES = 16  # tables kept parsed per process (a sweep's points share them; see read_trace_rows)
+_parsed: dict[tuple, TraceRows] = {}
+
+
 def read_trace_rows(path: str, limit: int, time_scale: float = 1.0, key_path: str = "serve.workload.trace",
                     lengths_only: bool = False) -> TraceRows:
     """The first ``limit`` rows of a trace CSV (``lengths_only``: a table of lengths, arrival times not needed), its
     arrival times scaled by ``time_scale``; errors name the file, the column and what was expected.
 
     A bad cell's key path is ``row N.column``, N being its line in the file (comment and blank lines counted).
+
+    Parsed once per process and file content: the text is read (and checked) every time, and a table whose bytes,
+    limit, scale and kind were parsed before is that parse again (its arrays read-only), so the points of a sweep
+    (each worker) pay for the parse once, never for a file changed since. At most :data:`PARSED_TABLES` are kept.
     """
+    import hashlib
+
     text = _read_table_text(path, key_path)
+    key = (hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest(), limit, time_scale, lengths_only)
+    if key not in _parsed:
+        rows = _parse_trace_rows(text, path, limit, time_scale, key_path, lengths_only)
+        for array in (rows.arrival_s, rows.prompt_tokens, rows.cached_tokens, rows.output_tokens, rows.acceptance):
+            if array is not None:
+                array.setflags(write=False)
+        if len(_parsed) >= PARSED_TABLES:
+            _parsed.pop(next(iter(_parsed)))
+        _parsed[key] = rows
+    return _parsed[key]
+
+
+def _parse_trace_rows(text: str, path: str, limit: int, time_scale: float, key_path: str,
+                      lengths_only: bool) -> TraceRows:
+    """:func:`read_trace_rows` of a table's text, parsed."""
     df = _plain_numeric_csv(text, limit) or _pandas_csv(text, path, key_path)
     rows = _data_lines(text, len(df))
     if df.index_columns:  # pandas took the extra leading fields of the rows as an index
@@ -133,8 +158,9 @@ class _Cells:
     """A trace's cells by column (text as written, None for an empty cell), the first rows only once cut."""
 
     def __init__(self, columns: list[str], cells: list[list], rows: int, index_columns: bool = False,
-                 plain: bool = False) -> None:
+                 plain: bool = False, numbers: list[np.ndarray] | None = None) -> None:
         self.columns, self.cells, self.rows = columns, cells, rows
+        self._numbers = numbers  # a plain table's columns as floats, read once
         self.index_columns = index_columns  # the rows had more fields than the header (pandas made them an index)
         self.plain = plain  # every cell is a plain number (no empty or odd cells)
 
@@ -142,7 +168,8 @@ class _Cells:
         return self.rows
 
     def head(self, n: int) -> _Cells:
-        return _Cells(self.columns, [c[:n] for c in self.cells], min(n, self.rows), self.index_columns, self.plain)
+        return _Cells(self.columns, [c[:n] for c in self.cells], min(n, self.rows), self.index_columns, self.plain,
+                      None if self._numbers is None else [v[:n] for v in self._numbers])
 
     def column(self, name: str) -> list:
         return self.cells[self.columns.index(name)]
@@ -150,6 +177,8 @@ class _Cells:
     def numbers(self, name: str) -> np.ndarray:
         """The column as floats, NaN where a cell is empty or not a number."""
         if self.plain:
+            if self._numbers is not None:
+                return self._numbers[self.columns.index(name)].copy()
             return np.array(self.column(name), dtype=float)
         import pandas as pd
 
@@ -165,6 +194,8 @@ class _Cells:
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # one way only to match a number (no nested repetition to backtrack through); ASCII digits, as pandas reads them
 _PLAIN_NUMBER = r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+_PLAIN_CHARS = re.compile(r"[0-9.,eE+\-\n]*")  # the characters plain numbers, commas and line ends are made of
+_STRAY_PLUS = re.compile(r"(?<![eE])\+")  # a '+' anywhere but in an exponent
 
 
 def _plain_numeric_csv(text: str, limit: int) -> _Cells | None:
@@ -182,12 +213,20 @@ def _plain_numeric_csv(text: str, limit: int) -> _Cells | None:
     if any(line.count(",") != fields for line in data):
         return None
     first = data[:max(limit, 0)]
-    row = re.compile(_PLAIN_NUMBER + ("," + _PLAIN_NUMBER) * fields)
-    if not all(row.fullmatch(line) for line in first):
+    block = "\n".join(first)
+    flat = block.replace("\n", ",").split(",") if first else []  # the cells, row after row
+    # plain numbers only: ASCII digits, '.', a sign before a number or its exponent, e/E; then each cell read as a
+    # float (what the plain number grammar, _PLAIN_NUMBER, admits and nothing else: a bad cell fails to convert)
+    if first and (not _PLAIN_CHARS.fullmatch(block) or _STRAY_PLUS.search(block)):
         return None
-    columns = [list(c) for c in zip(*(line.split(",") for line in first), strict=True)] if first \
-        else [[] for _ in header]
-    return _Cells(header, columns, len(data), plain=True)
+    try:
+        values = np.array(flat, dtype=float)
+    except ValueError:
+        return None
+    width = fields + 1
+    columns = [flat[j::width] for j in range(width)] if first else [[] for _ in header]
+    numbers = [values[j::width] for j in range(width)] if first else [np.zeros(0) for _ in header]
+    return _Cells(header, columns, len(data), plain=True, numbers=numbers)
 
 
 def _pandas_csv(text: str, path: str, key_path: str) -> _Cells:

@@ -105,17 +105,19 @@ class Server:
 
     def _account(self) -> None:
         """Advance the time integrals to now."""
-        now = self.env.now
+        now, tl = self.env.now, self.tl
         dt = now - self.last
         if dt > 0:
             k = len(self.active)
             if k:
                 if self.busy_while_active:
-                    self.tl.busy_s += dt
-                self.tl.active_area += dt * k
-            self.tl.in_system_area += dt * self.in_system
+                    tl.busy_s += dt
+                tl.active_area += dt * k
+            tl.in_system_area += dt * self.in_system
         self.last = now
-        self.tl.peak_waiting = max(self.tl.peak_waiting, len(self.queue))  # a preempted request rejoins it too
+        waiting = len(self.queue)  # a preempted request rejoins it too
+        if waiting > tl.peak_waiting:
+            tl.peak_waiting = waiting
 
     def arrive(self, i: int) -> None:
         self._account()

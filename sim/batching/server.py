@@ -320,22 +320,25 @@ class BatchingServer(Server):
             if not self.prefilling and not self.decoding:
                 yield self.wake
                 continue
-            while self.active and self._kv_used() + self.rate_sum > self.capacity:
+            used = self._kv_used()
+            while self.active and used + self.rate_sum > self.capacity:
                 self._preempt()  # a lone request always fits (admission checked its whole sequence)
+                used = self._kv_used()
             if not self.prefilling and not self.decoding:
                 continue
             k = len(self.decoding)
-            context = self._decode_context()  # KV tokens the decoding sequences read
+            # KV tokens the decoding sequences read (what _decode_context gives, from the pool's use just taken)
+            context = used - self.reserved if self.cache is None else self._decode_context()
             budget = self.sched.token_budget - k * self.cost.positions_per_step
             if self.prefilling and (budget > 0 or not self.sched.chunked_prefill):
-                yield from self._mixed_iteration(k, context, budget)
+                yield from self._mixed_iteration(k, context, budget, used)
             else:
                 yield from self._decode_run(k, context)
             self._admit_waiting()
 
-    def _mixed_iteration(self, k: int, context: float, budget: int):
+    def _mixed_iteration(self, k: int, context: float, budget: int, kv: float):
         """One iteration: every decoding sequence's step, then prompt chunks in the rest of the budget (without
-        chunked prefill: the oldest prompt whole)."""
+        chunked prefill: the oldest prompt whole); ``kv``: the pool's use as it starts (tokens)."""
         env, st, cost = self.env, self.stats, self.cost
         chunked = self.sched.chunked_prefill
         chunks: list[tuple[list[int], int]] = []
@@ -359,7 +362,6 @@ class BatchingServer(Server):
         dt, memory_bound = cost.iteration_s(k, context, chunk_tokens, reads, pairs)
         dt += self.pending_s
         self.pending_s = 0.0
-        kv = self._kv_used()
         growth = self.rate_sum if k else 0.0  # decode steps (first tokens have their places reserved)
         self.growth = growth
         yield env.timeout(dt)

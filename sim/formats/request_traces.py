@@ -75,9 +75,16 @@ def _parse_trace_rows(text: str, path: str, limit: int, time_scale: float, key_p
                       lengths_only: bool) -> TraceRows:
     """:func:`read_trace_rows` of a table's text, parsed."""
     df = _plain_numeric_csv(text, limit) or _pandas_csv(text, path, key_path)
-    rows = _data_lines(text, len(df))
+    lines: list[list[int]] = []  # the data rows' line numbers, found only when an error names a row
+    total = len(df)
+
+    def line_of(row: int) -> int:
+        if not lines:
+            lines.append(_data_lines(text, total))
+        return lines[0][row] if row < len(lines[0]) else row + 2
+
     if df.index_columns:  # pandas took the extra leading fields of the rows as an index
-        raise ScenarioError(path, f"row {rows[0] if rows else 2}", "no more fields than the header has columns")
+        raise ScenarioError(path, f"row {line_of(0)}", "no more fields than the header has columns")
     names = [str(c).strip() for c in df.columns]
     shown = {ours: azure for azure, ours in AZURE_COLUMNS.items() if azure in names}  # errors name the file's columns
     if shown:  # the Azure layout: its missing columns are named as it names them
@@ -96,7 +103,7 @@ def _parse_trace_rows(text: str, path: str, limit: int, time_scale: float, key_p
         raise ScenarioError(path, key_path, "no requests in the trace")
 
     def key(row: int, name: str) -> str:
-        return f"row {rows[row]}.{shown.get(name, name)}"
+        return f"row {line_of(row)}.{shown.get(name, name)}"
 
     cols: dict[str, np.ndarray] = {}
     for name in (*TRACE_COLUMNS, *OPTIONAL_COLUMNS):
@@ -217,7 +224,7 @@ def _plain_numeric_csv(text: str, limit: int) -> _Cells | None:
     flat = block.replace("\n", ",").split(",") if first else []  # the cells, row after row
     # plain numbers only: ASCII digits, '.', a sign before a number or its exponent, e/E; then each cell read as a
     # float (what the plain number grammar, _PLAIN_NUMBER, admits and nothing else: a bad cell fails to convert)
-    if first and (not _PLAIN_CHARS.fullmatch(block) or _STRAY_PLUS.search(block)):
+    if first and (not _PLAIN_CHARS.fullmatch(block) or ("+" in block and _STRAY_PLUS.search(block))):
         return None
     try:
         values = np.array(flat, dtype=float)

@@ -310,3 +310,16 @@ def test_a_band_never_narrows_further_from_the_anchor():
         lo, hi = adv.band_of(c, "pp")
         widths.append(hi / lo)
     assert widths == sorted(widths)
+
+
+def test_advice_from_a_scenario_file_is_re_run_on_its_machine(tmp_path):
+    scenario = tmp_path / "glm.yaml"
+    machine = ["--model", "calibration/models/glm-4.5-air.json", "--quant", "Q4_K_M", "--gpu", "rtx4090", "--gpus",
+               "2", "--host", "ryzen9_7950x"]
+    wrote = CliRunner().invoke(main, ["llama", "llama-server -m x.gguf -c 8192", *machine, "--write", str(scenario)])
+    assert wrote.exit_code == 0, wrote.output
+    r = CliRunner().invoke(main, ["advise", str(scenario), "--top", "1", "--json",
+                                  "--set", "machines.box.gpus.gpu1.reserved_gib=20"])
+    assert r.exit_code == 0, r.output
+    best = json.loads(r.stdout)["best"]["tg"][0]
+    assert best["vram_gib"] < 48 - 20 and "left out" not in r.stderr  # --set applied, every shown line loads

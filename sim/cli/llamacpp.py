@@ -90,9 +90,11 @@ def fit_choice(scn, name: str, ctx: int, n_prompt: int, n_gen: int, depth: int):
         return None, str(exc)
 
 
-def rerun_in_llama(adv, machine: MachineArgs, top: int) -> int:
+def rerun_in_llama(adv, machine: MachineArgs, top: int, scn=None, name: str | None = None) -> int:
     """Re-run every placement the advice will show through ``sim llama``'s path (its flags pasted as a llama-server
-    line, read with the current build's defaults); one that does not load there is dropped. How many were."""
+    line, read with the current build's defaults) on the machine the options describe, or on the scenario's
+    (``scn``, machine ``name``: its engine with the pasted flags over it); one that does not load there is dropped.
+    How many were."""
     from sim.cli.llama_cmd import command_settings, machine_dict
     from sim.cli.llamacpp_text import GOALS, command
     from sim.core.errors import SimulationError
@@ -107,10 +109,15 @@ def rerun_in_llama(adv, machine: MachineArgs, top: int) -> int:
         for c in shown.values():
             cmd = parse_command(command(c, "model.gguf"))
             settings, _ = command_settings(cmd)
-            raw = machine_dict(machine.with_quant(c.quant or machine.quant), machine.model_file, c.quant or
-                               machine.quant, settings, {"n_prompt": [512], "n_gen": [128], "n_depth": [0]})
             try:
-                rows = run_bench(build_scenario(raw, "command line"), "box")
+                if scn is not None:
+                    engine = scn.machines[name].engine.llamacpp.model_copy(update=settings)
+                    rows = run_bench(scn, name, engine, n_prompt=[512], n_gen=[128], n_depth=[0])
+                else:
+                    raw = machine_dict(machine.with_quant(c.quant or machine.quant), machine.model_file,
+                                       c.quant or machine.quant, settings,
+                                       {"n_prompt": [512], "n_gen": [128], "n_depth": [0]})
+                    rows = run_bench(build_scenario(raw, "command line"), "box")
             except SimulationError:
                 rows = None
             if rows is None or any(r.error for r in rows):
@@ -174,8 +181,8 @@ def advise(scenario, machine: MachineArgs, n_prompt, n_gen, depth, ctx, parallel
     if not adv.candidates:
         first = next(iter(adv.rejected.values()), "no placement searched")
         fail(f"no placement of the model loads on this machine ({len(adv.rejected)} tried); the first: {first}", 1)
-    if scenario is None:
-        dropped = rerun_in_llama(adv, machine, top)
+    if scenario is None or len(quants) == 1:  # a scenario's machine: its own engine under the pasted flags
+        dropped = rerun_in_llama(adv, machine, top, *((scn, name) if scenario is not None else ()))
         if dropped:
             click.echo(f"sim: note: {dropped} placement(s) left out: they did not load when re-run as sim llama runs "
                        "them", err=True)

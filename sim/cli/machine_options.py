@@ -247,7 +247,7 @@ def machine_scenario(scenario: str | None, machine: MachineArgs, settings: dict 
     if scenario is not None:
         from sim.config.load import load_scenario
 
-        scn, _ = load_scenario(scenario)
+        scn, _ = load_scenario(scenario, list(machine.sets))  # --set changes the scenario file's values too
         names = [n for n, m in scn.machines.items() if m.engine is not None and m.engine.llamacpp is not None]
         if not names:
             raise ScenarioError(scenario, "machines", "no machine with an engine.llamacpp section")

@@ -512,3 +512,21 @@ def test_an_unknown_name_is_one_line_with_a_did_you_mean():
     assert nothing.exit_code == 2 and nothing.stdout == "" and "sim catalog" in nothing.stderr
     bad_kind = CliRunner().invoke(main, ["catalog", "--kind", "cpus"])
     assert bad_kind.exit_code == 2 and len(bad_kind.stderr.strip().splitlines()) == 1
+
+
+def test_the_shipped_parse_of_every_catalog_file_is_current_and_a_stale_one_is_never_read(monkeypatch):
+    import json
+    from importlib import resources
+
+    from ruamel.yaml import YAML
+
+    from sim.catalog import store
+
+    for kind in store.KINDS:
+        text = (resources.files("sim.catalog") / "data" / f"{kind}.yaml").read_text(encoding="utf-8")
+        shipped = json.loads((resources.files("sim.catalog") / "data" / f"{kind}.json").read_text(encoding="utf-8"))
+        assert shipped["yaml_blake2b"] == store._digest(text), (
+            f"sim/catalog/data/{kind}.json is stale: python -c 'from sim.catalog.store import write_parsed; "
+            "write_parsed()'")
+        assert shipped["entries"] == YAML(typ="safe").load(text)
+        assert store._parsed_copy(kind, text + "# edited\n") is None  # the YAML read instead

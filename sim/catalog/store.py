@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import os
 import re
 from importlib import resources
 from typing import Any
@@ -60,24 +61,73 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"unknown catalog kind {kind!r}: expected one of {', '.join(KINDS)}")
 
 
-@functools.cache
-def _entries(kind: str) -> dict[str, dict[str, Any]]:
-    """The parsed file of ``kind``, read on first use and kept (callers get copies)."""
+def _digest(text: str) -> str:
+    import hashlib
+
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _parsed_copy(kind: str, text: str) -> Any:
+    """The shipped parse of ``kind``'s YAML (``data/KIND.json``, what :func:`write_parsed` wrote) when it was made
+    from exactly this text, else None: JSON reads in a millisecond what YAML takes 50 to parse, at every start."""
+    import json
+
+    try:
+        parsed = json.loads((resources.files("sim.catalog") / "data" / f"{kind}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(parsed, dict) or parsed.get("yaml_blake2b") != _digest(text):
+        return None  # stale (the YAML was edited since): the YAML is read
+    return parsed.get("entries")
+
+
+def _parse_yaml(text: str, where: str) -> Any:
+    """The catalog file's YAML, parsed; a one-line CatalogError when it cannot be."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
-    _check_kind(kind)
-    where = f"sim/catalog/data/{kind}.yaml"
     try:
-        text = (resources.files("sim.catalog") / "data" / f"{kind}.yaml").read_text(encoding="utf-8")
-        data = YAML(typ="safe").load(text)
-    except OSError as exc:
-        raise CatalogError(f"{where}: cannot be read: {exc}") from None
+        return YAML(typ="safe").load(text)
     except YAMLError as exc:  # one line: the problem and where (ruamel's message spans several)
         mark = getattr(exc, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark is not None else ""
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise CatalogError(f"{where}: cannot be read: {line}{problem}") from None
+
+
+def write_parsed() -> list[str]:
+    """Write ``data/KIND.json`` beside each catalog file: its parse and the digest of the text it came from
+    (``python -c "from sim.catalog.store import write_parsed; write_parsed()"`` after editing a catalog file; a
+    test checks they are current; a stale one is never read)."""
+    import json
+
+    from ruamel.yaml import YAML
+
+    out = []
+    for kind in KINDS:
+        path = resources.files("sim.catalog") / "data" / f"{kind}.yaml"
+        text = path.read_text(encoding="utf-8")
+        doc = {"yaml_blake2b": _digest(text), "entries": YAML(typ="safe").load(text)}
+        target = os.path.join(os.path.dirname(str(path)), f"{kind}.json")
+        from sim.core.output import atomic_write_text
+
+        atomic_write_text(target, json.dumps(doc, ensure_ascii=False, indent=0, allow_nan=False) + "\n")
+        out.append(target)
+    return out
+
+
+@functools.cache
+def _entries(kind: str) -> dict[str, dict[str, Any]]:
+    """The parsed file of ``kind``, read on first use and kept (callers get copies)."""
+    _check_kind(kind)
+    where = f"sim/catalog/data/{kind}.yaml"
+    try:
+        text = (resources.files("sim.catalog") / "data" / f"{kind}.yaml").read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CatalogError(f"{where}: cannot be read: {exc}") from None
+    data = _parsed_copy(kind, text)
+    if data is None:
+        data = _parse_yaml(text, where)
     if not isinstance(data, dict) or not data:
         raise CatalogError(f"{where}: expected a map of ids to entries")
     allowed = set(FILE_KEYS[kind])

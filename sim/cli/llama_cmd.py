@@ -47,7 +47,7 @@ def command_settings(cmd, build: int | None = None) -> tuple[dict, list[str]]:
         if ngl == -1:
             out["n_gpu_layers"] = 999  # llama-bench's -ngl -1: every layer (no fit)
         return out, notes
-    if cmd.program not in (*SERVER_CLI, "llama-batched-bench"):
+    if cmd.program not in SERVER_CLI:  # llama-server, llama-cli and llama-batched-bench (common params)
         return out, notes
     fit = out.get("fit", d.values["fit"])
     out["fit"] = fit

@@ -6,11 +6,12 @@ ggml-org/llama.cpp has them (``common_params_fit_impl``):
 1. Measure every device's allocations with the parameters as given. When each card would keep at least the target
    margin free (``--fit-target``, 1024 MiB by default), nothing changes.
 2. When the context was left to the fit (``-c`` unset or 0), it starts at the model's training context (times the
-   sequences when the KV cache is not unified) and is cut by linear interpolation between that and ``--fit-ctx``
-   (4096 by default) to what the cards hold less their margins, rounded down to a multiple of 256 x sequences; one
-   card that fits this way is done.
-3. Layers are placed only when the user set neither ``-ngl``, ``-ts`` nor a tensor override (``-ot``,
-   ``--n-cpu-moe``, ``--cpu-moe``); otherwise the fit stops (the context it cut stays cut).
+   sequences when the KV cache is not unified); when the cards together (the host's RAM, on the CPU alone) are
+   short of their margins, it is cut by linear interpolation between that and ``--fit-ctx`` (4096 by default) to
+   what they hold, rounded down to a multiple of 256 x sequences, never longer than it was; one device that fits
+   this way is done.
+3. Layers are placed only when the user set neither ``-ngl``, ``-ts`` (on several cards) nor a tensor override
+   (``-ot``, ``--n-cpu-moe``, ``--cpu-moe``); otherwise the fit stops (the context it cut stays cut).
 4. Dense layers are filled back to front: the last card takes as many of the last layers (the output head counting
    as the last) as fit its target, then the card before it. For an MoE model these are "dense-only" layers: their
    routed experts stay in host memory.
@@ -22,7 +23,7 @@ ggml-org/llama.cpp has them (``common_params_fit_impl``):
 
 llama.cpp searches the counts by false position; with allocations that grow with every layer added (as here) that
 ends at the largest count that fits, which is what :func:`_largest` finds by bisection. Its memory is measured by
-building the context without allocating; here by :func:`sim.llamacpp.setup.allocations`, the same rules the engine
+building the context without allocating; here by :func:`sim.llamacpp.allocations.allocations`, the rules the engine
 loads with. The result is written as the flags llama.cpp sets: ``-ngl``, ``-ts`` (layer counts, several cards),
 ``-ot`` rules per partial layer and ``-c``.
 """

@@ -79,7 +79,7 @@ def assert_same_tables(rows: list[dict], axes: list[Axis], tmp_path) -> None:
     _write_parquet(table, str(path))
     _write_parquet(expected, str(ref))
     assert path.read_bytes() == ref.read_bytes()
-    assert results_csv(columns, metrics) == frame.to_csv(index=False, lineterminator="\n")
+    assert results_csv(columns, table) == frame.to_csv(index=False, lineterminator="\n")
     back = pd.read_parquet(path)
     pd.testing.assert_frame_equal(back, frame, check_exact=True, check_column_type=len(frame.columns) > 0,
                                   check_index_type=True)

@@ -23,6 +23,7 @@ def command_settings(cmd, build: int | None = None) -> tuple[dict, list[str]]:
     current release, :mod:`sim.llamacpp.builds`), and what the engine leaves out (one note each)."""
     from sim.config.llamacpp import MAX_CTX
     from sim.llamacpp.builds import SERVER, SERVER_CLI, defaults
+    from sim.llamacpp.cmdline import ALL_LAYERS
 
     given = cmd.settings
     d = defaults(cmd.program, build)
@@ -40,12 +41,12 @@ def command_settings(cmd, build: int | None = None) -> tuple[dict, list[str]]:
                          f"{max(targets):g} MiB, kept on every card")
     ngl = out.get("n_gpu_layers")
     if ngl is not None and ngl < -1:  # -ngl all (and any value below -1) is every layer
-        out["n_gpu_layers"] = 999
+        out["n_gpu_layers"] = ALL_LAYERS
     if cmd.program == "llama-bench":
         if "flash_attn" not in given:
             out["flash_attn"] = d.values["flash_attn"]
         if ngl == -1:
-            out["n_gpu_layers"] = 999  # llama-bench's -ngl -1: every layer (no fit)
+            out["n_gpu_layers"] = ALL_LAYERS  # llama-bench's -ngl -1: every layer (no fit)
         return out, notes
     if cmd.program not in SERVER_CLI:  # llama-server, llama-cli and llama-batched-bench (common params)
         return out, notes
@@ -54,7 +55,7 @@ def command_settings(cmd, build: int | None = None) -> tuple[dict, list[str]]:
     if ngl is None:
         out["n_gpu_layers"] = d.values["n_gpu_layers"]
     if out["n_gpu_layers"] == -1 and not fit:
-        out["n_gpu_layers"] = 999  # auto without the fit (or "use default" before b7553): every layer
+        out["n_gpu_layers"] = ALL_LAYERS  # auto without the fit (or "use default" before b7553): every layer
     if cmd.program == "llama-batched-bench":  # common's fit and -ngl; its -c is n_kv_max (sim.cli.llamacpp_text)
         return out, notes
     if "ctx_size" not in given:

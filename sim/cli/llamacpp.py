@@ -102,9 +102,9 @@ def rerun_in_llama(adv, machine: MachineArgs, top: int, scn=None, name: str | No
     from sim.llamacpp.cmdline import parse_command
     from sim.llamacpp.machine import build_scenario
 
-    dropped = 0
+    dropped, loads = 0, set()  # the placements re-run already, that loaded (a later round shows them again)
     for _ in range(len(adv.candidates)):
-        shown = {id(c): c for goal, _ in GOALS for c in adv.best(goal, top)}
+        shown = {id(c): c for goal, _ in GOALS for c in adv.best(goal, top) if id(c) not in loads}
         bad = []
         for c in shown.values():
             cmd = parse_command(command(c, "model.gguf"))
@@ -122,6 +122,8 @@ def rerun_in_llama(adv, machine: MachineArgs, top: int, scn=None, name: str | No
                 rows = None
             if rows is None or any(r.error for r in rows):
                 bad.append(c)
+            else:
+                loads.add(id(c))
         if not bad:
             break
         adv.candidates = [c for c in adv.candidates if all(c is not b for b in bad)]

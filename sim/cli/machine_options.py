@@ -52,8 +52,9 @@ class MachineArgs:
     def spec(self):
         """The machine as a :class:`sim.llamacpp.machine.MachineSpec`: a catalog card (or one described by its
         figures, :data:`CUSTOM_GPU`), none for the CPU alone; a catalog host with the figures given over it."""
+        from dataclasses import replace
+
         from sim.cli.advise_options import machine_spec
-        from sim.llamacpp.machine import MachineSpec
 
         self.check_figures()
         gpu = CUSTOM_GPU if self.has_gpu_figures() else self.gpu
@@ -63,10 +64,8 @@ class MachineArgs:
             known_host(self.host)
         spec = machine_spec(gpu if gpu != CUSTOM_GPU else None, self.gpus, self.host or "", self.ram_gib,
                             self.os_name, self.slot_gen, self.slot_lanes, self.reserved_gib, self.gpu_gib)
-        fields = dict(spec.host_fields) | self.host_figures()
-        return MachineSpec(gpu, self.host, gpus=spec.gpus if gpu is not None else 0, slot_gen=spec.slot_gen,
-                           slot_lanes=spec.slot_lanes, os=spec.os, reserved_gib=spec.reserved_gib, host_fields=fields,
-                           gpu_gib=spec.gpu_gib)
+        return replace(spec, gpu=gpu, host=self.host, gpus=spec.gpus if gpu is not None else 0,
+                       host_fields=dict(spec.host_fields) | self.host_figures())
 
     def check_figures(self) -> None:
         """A one-line error naming the flag for a figure out of its range (before the scenario would name a key)."""
@@ -111,9 +110,11 @@ class MachineArgs:
         if not self.has_gpu_figures():
             return None
         from sim.catalog import gpu_entries
+        from sim.config.machines import GpuType
+        from sim.llamacpp.backends import VENDOR_BACKENDS
 
-        base = {k: v for k, v in gpu_entries().get(self.gpu or "", {}).items() if k in _GPU_TYPE_KEYS}
-        vendor = {"cuda": "nvidia", "hip": "amd", "sycl": "intel", "metal": "apple"}.get(self.backend or "", "")
+        base = {k: v for k, v in gpu_entries().get(self.gpu or "", {}).items() if k in GpuType.model_fields}
+        vendor = next((v for v, b in VENDOR_BACKENDS.items() if b == self.backend), "")
         figures = {"vram_gib": self.vram_gib, "hbm_gbps": self.gpu_gbps, "fp32_tflops": self.gpu_tflops,
                    "tflops": self.gpu_tensor_tflops}
         card = base | {k: v for k, v in figures.items() if v is not None}
@@ -145,8 +146,6 @@ class MachineArgs:
 
 
 CUSTOM_GPU = "described"  # the scenario's GPU type of a card given by its figures (--vram-gib, --gpu-gbps, ...)
-_GPU_TYPE_KEYS = ("vram_gib", "pcie_max_gen", "pcie_max_lanes", "hbm_gbps", "tflops", "int8_tops", "fp32_tflops",
-                  "matrix_units", "board_power_w", "memory", "vendor", "family", "unified", "name", "source")
 
 
 def _flags_for(kind: str, name: str = "") -> str:

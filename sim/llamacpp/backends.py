@@ -37,10 +37,13 @@ def device_prefixes() -> tuple[str, ...]:
     return tuple(p.upper() for p in _PREFIX.values())
 
 
+VENDOR_BACKENDS = {"nvidia": "cuda", "amd": "hip", "intel": "sycl", "apple": "metal"}  # each vendor's usual backend
+
+
 def default_backend(vendor: str | None) -> str:
     """The backend a card's vendor is usually run with: CUDA on NVIDIA, HIP (ROCm) on AMD, SYCL on Intel, Metal on
-    Apple."""
-    return {"nvidia": "cuda", "amd": "hip", "intel": "sycl", "apple": "metal"}.get(vendor or "", "vulkan")
+    Apple; Vulkan on anything else."""
+    return VENDOR_BACKENDS.get(vendor or "", "vulkan")
 
 
 def vulkan_matrix(vendor: str | None, matrix_units: str | None, given: str = "auto") -> str:

@@ -36,8 +36,8 @@ from sim.config.llamacpp import FIT_CTX_MIN, FIT_TARGET_MIB, MAX_CTX, LlamaCpp
 from sim.config.scenario import Scenario
 from sim.core.units import GIB, MIB
 from sim.llamacpp.allocations import allocations, placement_model
+from sim.llamacpp.cmdline import ALL_LAYERS
 
-ALL_LAYERS = 999  # -ngl of every layer (any count at or above the model's layers)
 CTX_ALIGN = 256  # the fitted context is a multiple of this (x sequences) (common/fit.cpp)
 
 # what a partial layer moves to its overflow buffer (common/fit.cpp get_overflow_pattern): everything of the FFN
@@ -85,11 +85,9 @@ class _Measure:
         self.scn, self.machine, self.base = scn, machine, base.model_copy(update={"sysmem_fallback": True})
         self.names: tuple[str, ...] = ()
         self.weights: list[float] = []
-        self.calls = 0
 
     def __call__(self, **update) -> tuple[list[float], list[float], float]:
         """(each card's allocations, each card's free memory, the CPU's allocations), bytes."""
-        self.calls += 1
         a = allocations(self.scn, self.machine, self.base.model_copy(update=update))
         self.names = a.names
         cards = a.memory[1:]

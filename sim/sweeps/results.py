@@ -129,9 +129,10 @@ def _csv_cell(value, floating: bool) -> str:
     return str(value)
 
 
-def results_csv(columns: dict[str, list], metrics: set[str]) -> str:
+def results_csv(columns: dict[str, list], table) -> str:
     """The columns as CSV text by the standard library's writer: quoted only where needed, ``\\n`` line ends,
-    every cell as :func:`_csv_cell` writes it (what pandas' ``to_csv`` writes of the same table)."""
+    every cell as :func:`_csv_cell` writes it, a float column as ``table`` (:func:`results_table`) types it (what
+    pandas' ``to_csv`` writes of the same table)."""
     import csv
     import io
 
@@ -141,7 +142,7 @@ def results_csv(columns: dict[str, list], metrics: set[str]) -> str:
     writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
     names = list(columns)
     writer.writerow(names)
-    floating = [name in metrics or _arrow_type(columns[name]) == pa.float64() for name in names]
+    floating = [field.type == pa.float64() for field in table.schema]
     for i in range(len(next(iter(columns.values()))) if columns else 0):
         writer.writerow([_csv_cell(columns[n][i], f) for n, f in zip(names, floating, strict=True)])
     return out.getvalue()
@@ -173,7 +174,7 @@ def write_results(out_dir: str, res: SweepResult, facts: dict) -> None:
     metrics = {c for c in columns if _is_metric(c, [a.name for a in plan.axes])}
     table = results_table(columns, metrics)
     atomic_write_with(os.path.join(out_dir, "results.parquet"), lambda tmp: _write_parquet(table, tmp))
-    atomic_write_text(os.path.join(out_dir, "results.csv"), results_csv(columns, metrics))
+    atomic_write_text(os.path.join(out_dir, "results.csv"), results_csv(columns, table))
     manifest = {
         "scenario": plan.scenario, "sweep_file": plan.sweep_file, "set": plan.base_sets,
         "axes": [a.as_dict() for a in plan.axes], "zip": plan.zip, "seeds": plan.seeds,
